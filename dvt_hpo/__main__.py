@@ -1,0 +1,5 @@
+import sys
+
+from dvt_hpo.cli import main
+
+sys.exit(main())

@@ -1,0 +1,196 @@
+"""The ``dvt-hpo`` command line.
+
+Exit codes: 0 done, 1 runtime failure, 2 bad input, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dvt_hpo.exceptions import DvtHpoError, SpecError
+
+if TYPE_CHECKING:
+    from dvt_hpo.spec import StudySpec
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+
+
+def _add_overrides(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="PATH=VALUE",
+        help="override a field of the file (VALUE is YAML), e.g. --set study.n_trials=20",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dvt-hpo",
+        description="Hyperparameter optimization of PyTorch training, one process per trial.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run or resume the study of a study.yaml")
+    run.add_argument("study", type=Path, help="the study file")
+    _add_overrides(run)
+    run.add_argument(
+        "--allow-space-change",
+        action="store_true",
+        help="accept a search space that differs from the one stored in the study",
+    )
+
+    validate = sub.add_parser("validate", help="check a study.yaml without running anything")
+    validate.add_argument("study", type=Path)
+    _add_overrides(validate)
+
+    best = sub.add_parser("best", help="show the best trial; optionally export its config")
+    best.add_argument("study", type=Path)
+    _add_overrides(best)
+    best.add_argument(
+        "--export",
+        type=Path,
+        metavar="FILE",
+        help="write the best trial's full trainer config (checkpointing on) as YAML",
+    )
+
+    train = sub.add_parser("train", help="train one trainer config (built-in trainer)")
+    train.add_argument("config", type=Path, help="a TrainerConfig YAML file")
+    _add_overrides(train)
+    return parser
+
+
+def _check_runnable(spec: StudySpec) -> None:
+    """What `run` needs beyond a valid file: the entry point's module and the storage driver
+    can be found (without importing them: a user's module may import torch)."""
+    import importlib.util
+
+    from dvt_hpo.storage import check_storage_driver
+
+    module = spec.trainer.entrypoint.partition(":")[0]
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        extra = [str(spec.path.parent)]
+        sys.path[:0] = extra
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        finally:
+            del sys.path[: len(extra)]
+    if not found:
+        raise SpecError(
+            f"module {module!r} of the entry point {spec.trainer.entrypoint!r} cannot be found "
+            f"(looked in the installed packages and in {spec.path.parent})",
+            file=spec.path,
+            field="trainer.entrypoint",
+        )
+    check_storage_driver(spec.study.storage, spec.path)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from dvt_hpo.runner import StudyRunner
+    from dvt_hpo.spec import load_spec
+
+    spec = load_spec(args.study, args.overrides)
+    _check_runnable(spec)
+    StudyRunner(spec, allow_space_change=args.allow_space_change).run()
+    return EXIT_OK
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from dvt_hpo.spec import load_spec
+
+    spec = load_spec(args.study, args.overrides)
+    _check_runnable(spec)
+    dims = ", ".join(d.name for d in spec.search_space)
+    print(
+        f"{args.study}: ok — study {spec.study.name!r}, "
+        f"{spec.study.n_trials if spec.study.n_trials is not None else 'unlimited'} trials, "
+        f"{spec.objective.direction} {spec.objective.metric} ({spec.objective.reduce}), "
+        f"search space: {dims}"
+    )
+    return EXIT_OK
+
+
+def _cmd_best(args: argparse.Namespace) -> int:
+    import optuna
+    import yaml
+
+    from dvt_hpo.runner import best_config
+    from dvt_hpo.spec import load_spec
+    from dvt_hpo.storage import open_storage, redact_url, sqlite_path
+
+    spec = load_spec(args.study, args.overrides)
+    db = sqlite_path(spec.study.storage)
+    if db is not None and not db.exists():
+        raise DvtHpoError(f"no study yet: {db} does not exist; run `dvt-hpo run {args.study}`")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        study = optuna.load_study(
+            study_name=spec.study.name, storage=open_storage(spec.study.storage)
+        )
+    except KeyError:
+        raise DvtHpoError(
+            f"study {spec.study.name!r} is not in {redact_url(spec.study.storage)}"
+        ) from None
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    if not complete:
+        raise DvtHpoError(f"study {spec.study.name!r} has no completed trial yet")
+    best = study.best_trial
+    print(f"best trial {best.number}: {spec.objective.metric}={best.value:.6g}")
+    for name, value in best.params.items():
+        print(f"  {name}: {value}")
+    if "batch_size" in best.user_attrs:
+        print(f"  batch size found: {best.user_attrs['batch_size']}")
+    if args.export is not None:
+        config = best_config(spec, study)
+        args.export.write_text(yaml.safe_dump(config, sort_keys=False))
+        print(f"wrote {args.export}")
+    return EXIT_OK
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from dvt_hpo.train import train_file
+
+    train_file(args.config, args.overrides)
+    return EXIT_OK
+
+
+_COMMANDS = {
+    "run": _cmd_run,
+    "validate": _cmd_validate,
+    "best": _cmd_best,
+    "train": _cmd_train,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _COMMANDS[args.command](args)
+    except SpecError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("interrupted: rerun the same command to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except DvtHpoError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

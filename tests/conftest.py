@@ -1,0 +1,119 @@
+"""Shared fixtures: a repo-root PYTHONPATH for child processes, the PostgreSQL server, and
+study-file writers."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+POSTGRES_URL = os.environ.get(
+    "DVT_HPO_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Trial processes import test entry points (tests.entrypoints.toy) by module path.
+    parts = [str(REPO_ROOT)]
+    if os.environ.get("PYTHONPATH"):
+        parts.append(os.environ["PYTHONPATH"])
+    os.environ["PYTHONPATH"] = os.pathsep.join(parts)
+    # Trials on 2 cores: one thread each keeps parallel tests from oversubscribing.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture
+def python() -> str:
+    return sys.executable
+
+
+def _postgres_reachable(url: str) -> str | None:
+    """None when the server answers, else why not."""
+    try:
+        import sqlalchemy
+    except ImportError as exc:  # pragma: no cover
+        return f"sqlalchemy missing: {exc}"
+    try:
+        engine = sqlalchemy.create_engine(url, connect_args={"connect_timeout": 3})
+        with engine.connect() as conn:
+            conn.execute(sqlalchemy.text("SELECT 1"))
+        engine.dispose()
+    except Exception as exc:  # noqa: BLE001 - any failure means "not reachable"
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return None
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """URL of the real PostgreSQL server; skips (or fails under DVT_HPO_REQUIRE_POSTGRES=1)."""
+    why = _postgres_reachable(POSTGRES_URL)
+    if why is not None:
+        message = f"PostgreSQL not reachable at {POSTGRES_URL}: {why}"
+        if os.environ.get("DVT_HPO_REQUIRE_POSTGRES") == "1":
+            pytest.fail(message + " (DVT_HPO_REQUIRE_POSTGRES=1)")
+        pytest.skip(message)
+    return POSTGRES_URL
+
+
+@pytest.fixture
+def unique_name() -> str:
+    return f"t-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+TOY_ENTRYPOINT = "tests.entrypoints.toy:run"
+
+
+def toy_study(name: str, **sections: Any) -> dict[str, Any]:
+    """A small study dict on the torch-free toy entry point; sections override the defaults."""
+    doc: dict[str, Any] = {
+        "study": {
+            "name": name,
+            "n_trials": 2,
+            "sampler": {"kind": "random", "seed": 0},
+            "pruner": {"kind": "none"},
+            "heartbeat_interval_s": 1,
+            "grace_period_s": 3,
+        },
+        "objective": {"metric": "score", "direction": "maximize"},
+        "trials": {"timeout_s": 60, "stop_grace_s": 2},
+        "trainer": {"entrypoint": TOY_ENTRYPOINT, "config": {"curve": [0.1, 0.2, 0.3]}},
+        "search_space": [{"name": "x", "path": "x", "kind": "float", "low": 0.0, "high": 1.0}],
+    }
+    for key, value in sections.items():
+        if isinstance(value, dict) and isinstance(doc.get(key), dict):
+            doc[key] = {**doc[key], **value}
+        else:
+            doc[key] = value
+    return doc
+
+
+@pytest.fixture
+def write_study(tmp_path: Path) -> Callable[..., Path]:
+    """Write a study dict (or YAML text) to tmp_path/<filename> and return its path."""
+
+    def write(doc: dict[str, Any] | str, filename: str = "study.yaml") -> Path:
+        path = tmp_path / filename
+        path.write_text(doc if isinstance(doc, str) else yaml.safe_dump(doc, sort_keys=False))
+        return path
+
+    return write
+
+
+@pytest.fixture
+def study_dir(tmp_path: Path) -> Iterator[Path]:
+    yield tmp_path

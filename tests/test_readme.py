@@ -1,0 +1,25 @@
+"""The README's two set-up commands are the ones CI and newcomers run."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _bash_blocks(text: str) -> list[str]:
+    return [b.strip() for b in re.findall(r"```bash\n(.*?)```", text, flags=re.S)]
+
+
+def test_readme_gives_exactly_two_setup_commands_and_ci_runs_the_test_one() -> None:
+    readme = (ROOT / "README.md").read_text()
+    setup = readme.split("## Set up and run", 1)[1].split("\n## ", 1)[0]
+    blocks = _bash_blocks(setup)
+    assert len(blocks) == 2, blocks
+    quickstart, tests = blocks
+    assert "dvt-hpo run studies/quickstart.yaml" in quickstart
+    assert "pytest" in tests
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert tests in ci.splitlines(), "the README's test command must appear verbatim in .ci/run"
+    assert (ROOT / "studies" / "quickstart.yaml").is_file()
