@@ -19,8 +19,9 @@ With memory figures (``fits`` returns :class:`Probe` with ``peak_bytes`` and
 ``peak ≈ a + b·size`` through the probes that fit, and the search jumps straight to the
 predicted limit (slightly below it), then probes ``tolerance`` above the size that fit to close
 the bracket. A wrong prediction only costs probes: every answer is a size that was tried and
-fit, the bracket invariant (largest fit < smallest failure) always holds, and the model is
-dropped for plain doubling/bisection after two mispredictions.
+fit, the bracket invariant (largest fit < smallest failure) always holds, and after two
+mispredictions the model is dropped: the search then gallops away from where it missed (steps
+of tolerance, doubling) until the outcome flips, and bisects.
 
 Sizes tried are multiples of ``multiple_of`` where possible: the grid is ``low`` itself plus
 the multiples of ``multiple_of`` in ``(low, high]``, so ``high`` is rounded down to a multiple
@@ -95,6 +96,8 @@ _AIM_BELOW = 0.5
 # Mispredictions (a model-chosen size that failed, or a closing probe above a fit that fit
 # too) after which the memory model is no longer trusted.
 _MAX_MODEL_MISSES = 2
+# Smallest relative gallop step, so that tolerance=0 still gallops rather than crawls.
+_MIN_GALLOP = 0.01
 
 
 @dataclass(frozen=True)
@@ -264,6 +267,9 @@ class _Search:
         self.points: dict[int, int] = {}  # size -> peak bytes, probes that fit
         self.available: int | None = None
         self.model_misses = 0
+        # After the model is dropped: (direction, step) of a gallop away from the bracket edge
+        # where it missed, in steps of tolerance·step (step doubling while the outcome repeats).
+        self.gallop: tuple[int, int] | None = None
 
     # -- probing ----------------------------------------------------------------------------
 
@@ -280,11 +286,10 @@ class _Search:
             oom = True
             reason = f"fits({size}) ran out of memory: {type(exc).__name__}: "
             reason += _first_line(_message(exc))
-            # The traceback's frames keep the probe's tensors alive; free them before the next
-            # probe (gc.collect for the cycles frames form), or it starts with less memory.
+            # The traceback's frames keep the probe's tensors alive, even while something else
+            # holds on to the exception; cut them so the next probe starts with that memory.
             _drop_tracebacks(exc)
             del exc
-            gc.collect()
             fit = False
         else:
             if isinstance(outcome, Probe):
@@ -297,6 +302,10 @@ class _Search:
                     "return a bool or a dvt_hpo.batch_size.Probe"
                 )
             reason = f"fits({size}) returned {outcome!r}"
+        if oom:
+            # Outside the except block, where the exception being handled is gone: the probe's
+            # objects that sit in reference cycles are only freed by a collection.
+            gc.collect()
         seconds = time.perf_counter() - began
         self.records.append(ProbeRecord(size, fit, peak, seconds, oom))
         if available is not None:
@@ -392,6 +401,15 @@ class _Search:
                 if high is not None:
                     size = min(size, grid.below(high) or low)
                 return max(size, step_up), "model (jump)"
+        if self.gallop is not None:
+            direction, step = self.gallop
+            factor = 1 + max(self.tolerance, _MIN_GALLOP) * step
+            if direction > 0:
+                size = max(grid.floor(low * factor), step_up)
+                return (size if high is None else min(size, grid.below(high) or low)), "gallop"
+            if high is not None:
+                size = min(grid.ceil(high / factor), grid.below(high) or low)
+                return max(size, step_up), "gallop"
         if high is None:
             return max(grid.floor(2 * low), step_up), "double"
         # Bisect; geometrically when the bracket spans more than a doubling (after a wrong
@@ -411,6 +429,13 @@ class _Search:
             fit = self.probe(size)
             if why == "model (close)" and fit or why.startswith("model") and not fit:
                 self.model_misses += 1
+                if self.model_misses >= _MAX_MODEL_MISSES:
+                    # The limit is near where the model missed: walk away from there in
+                    # growing steps rather than restart doubling or bisecting from afar.
+                    self.gallop = (1 if fit else -1, 2)
+            elif why == "gallop" and self.gallop is not None:
+                direction, step = self.gallop
+                self.gallop = (direction, 2 * step) if fit == (direction > 0) else None
         if self.largest_fit is None:
             tried = ", ".join(str(r.size) for r in self.records)
             raise BatchSizeError(
@@ -448,11 +473,12 @@ def find_batch_size(
     The answer is always a size that was tried and fit; no size is probed twice, none above
     ``high`` nor below ``low``. The true limit ``N`` (the largest size on the grid that fits)
     satisfies ``size <= N < size · (1 + tolerance)`` unless ``size`` is the top of the grid;
-    ``tolerance=0`` finds it exactly. ``start`` (default ``low``) is where growth begins; if it
-    does not fit, the search halves towards ``low``. With ``use_memory`` and memory figures in
+    ``tolerance=0`` finds it exactly. ``start`` (default ``low``, rounded down to the grid) is
+    where growth begins; if it does not fit, the search halves towards ``low``. With ``use_memory`` and memory figures in
     the probes, the limit is predicted from them (see the module's docstring).
 
-    Raises :class:`~dvt_hpo.exceptions.BatchSizeError` when ``low`` does not fit, ``TypeError``
+    Raises :class:`~dvt_hpo.exceptions.BatchSizeError` when ``low`` does not fit (its
+    ``probes`` attribute holds the :class:`ProbeRecord` of every call), ``TypeError``
     when ``fits`` returns something else than a bool or a Probe, and ``ValueError``/``TypeError``
     on invalid arguments.
     """

@@ -76,7 +76,9 @@ def _check_matrix(matrix: Sequence[Sequence[int]]) -> list[list[int]]:
                 f"confusion matrix row {t} has {len(cells)} entries, expected {size} "
                 f"(the matrix must be square: {size} rows)"
             )
-        checked.append([_count(cell, f"confusion matrix entry [{t}][{p}]") for p, cell in enumerate(cells)])
+        checked.append(
+            [_count(cell, f"confusion matrix entry [{t}][{p}]") for p, cell in enumerate(cells)]
+        )
     return checked
 
 
@@ -118,7 +120,7 @@ def confusion_matrix(
         raise ValueError(f"num_classes must be at least 1, got {num_classes}")
     truth, pred = _paired(y_true, y_pred)
     matrix = [[0] * num_classes for _ in range(num_classes)]
-    for i, (t, p) in enumerate(zip(truth, pred)):
+    for i, (t, p) in enumerate(zip(truth, pred, strict=True)):
         matrix[_label(t, num_classes, f"y_true[{i}]")][_label(p, num_classes, f"y_pred[{i}]")] += 1
     return matrix
 
@@ -166,7 +168,7 @@ def confusion_matrix_from_counts(
         if not order:
             raise ValueError("categories must name at least one category, got none")
     counts: dict[Hashable, dict[str, int]] = {c: {"tp": 0, "fp": 0, "fn": 0} for c in order}
-    for i, (t, p) in enumerate(zip(truth, pred)):
+    for i, (t, p) in enumerate(zip(truth, pred, strict=True)):
         for where, label in ((f"y_true[{i}]", t), (f"y_pred[{i}]", p)):
             if label not in counts:
                 raise ValueError(f"{where} = {label!r} is not one of the categories {order!r}")

@@ -21,9 +21,9 @@ import queue
 import shutil
 import signal
 import socket
-import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -241,43 +241,40 @@ class TrialRun:
         payload_path = self.trial_dir / "payload.json"
         _write_json_atomic(payload_path, self._payload())
 
-        sock_dir = tempfile.mkdtemp(prefix="dvt-")
-        control_path = os.path.join(sock_dir, "c.sock")
-        try:
-            with ControlServer(control_path, self):
-                argv = launch.build_command(
-                    spec.trials.launcher,
-                    payload_path,
-                    nproc_per_node=spec.trials.nproc_per_node,
-                    rdzv_port=launch.free_port() if spec.trials.launcher == "torchrun" else None,
-                )
-                env = launch.trial_env(
-                    self.runner.child_env, self.slot, control_path, spec.trials.memory_limit
-                )
-                self.process = launch.TrialProcess.start(
-                    argv,
-                    env=env,
-                    cwd=spec.path.parent,
-                    stdout_path=self.trial_dir / "stdout.log",
-                    stderr_path=self.trial_dir / "stderr.log",
-                )
-                with self.runner.study_lock:
-                    self.trial.set_user_attr("log_dir", str(self.trial_dir))
-                    self.trial.set_user_attr("host", socket.gethostname())
-                    if self.slot.cuda_visible_devices is not None:
-                        self.trial.set_user_attr("devices", self.slot.cuda_visible_devices)
-                waiter = threading.Thread(
-                    target=self._wait_exit, name=f"trial-{self.number}-wait", daemon=True
-                )
-                waiter.start()
-                timeout_s = spec.trials.timeout_s
-                if not self.stop_event.wait(timeout_s):
-                    self.timed_out = True
-                if self.process.poll() is None:
-                    self.process.stop(spec.trials.stop_grace_s)
-                returncode = self.process.wait(None)
-        finally:
-            shutil.rmtree(sock_dir, ignore_errors=True)
+        with ControlServer(None, self) as server:
+            argv = launch.build_command(
+                spec.trials.launcher, payload_path, nproc_per_node=spec.trials.nproc_per_node
+            )
+            env = launch.trial_env(
+                self.runner.child_env, self.slot, server.path, spec.trials.memory_limit
+            )
+            self.process = launch.TrialProcess.start(
+                argv,
+                env=env,
+                cwd=spec.path.parent,
+                stdout_path=self.trial_dir / "stdout.log",
+                stderr_path=self.trial_dir / "stderr.log",
+            )
+            with self.runner.study_lock:
+                self.trial.set_user_attr("log_dir", str(self.trial_dir))
+                self.trial.set_user_attr("host", socket.gethostname())
+                if self.slot.cuda_visible_devices is not None:
+                    self.trial.set_user_attr("devices", self.slot.cuda_visible_devices)
+            waiter = threading.Thread(
+                target=self._wait_exit, name=f"trial-{self.number}-wait", daemon=True
+            )
+            waiter.start()
+            if not self.stop_event.wait(spec.trials.timeout_s):
+                self.timed_out = True
+            if self.pruned_step is not None and self.process.poll() is None:
+                # The chief raises TrialPruned on the decision and exits on its own; a signal
+                # now would turn its clean "pruned" into "stopped". The grace bounds the wait.
+                self.process.wait(spec.trials.stop_grace_s)
+            if self.process.poll() is None:
+                self.process.stop(spec.trials.stop_grace_s)
+            returncode = self.process.wait(None)
+            # The last reports and attrs may still be in flight on the socket.
+            server.drain(timeout_s=5)
         return self._conclude(returncode)
 
     def _wait_exit(self) -> None:
@@ -312,9 +309,7 @@ class TrialRun:
                 f"timed out after trials.timeout_s={spec.trials.timeout_s:g} s"
             )
 
-        error = result if result and result.get("status") == "error" else None
-        if error is None:
-            error = _first_rank_error(self.trial_dir)
+        error = _first_error(result, self.trial_dir)
         if error is not None:
             reason = f"{error.get('exc_type', 'Error')}: {error.get('message', '')}".strip()
             if error.get("rank", 0):
@@ -423,12 +418,17 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _first_rank_error(trial_dir: Path) -> dict[str, Any] | None:
+def _first_error(result: dict[str, Any] | None, trial_dir: Path) -> dict[str, Any] | None:
+    """The earliest error of any rank: under DDP the chief often fails only because another
+    rank died first, and the first failure is the cause."""
+    errors = [result] if result and result.get("status") == "error" else []
     for path in sorted(trial_dir.glob("error-rank*.json")):
         data = _read_json(path)
-        if data is not None:
-            return data
-    return None
+        if data is not None and data.get("status", "error") == "error":
+            errors.append(data)
+    if not errors:
+        return None
+    return min(errors, key=lambda e: float(e.get("time_unix", float("inf"))))
 
 
 class StudyRunner:
@@ -467,6 +467,11 @@ class StudyRunner:
             HeartbeatSettings(spec.study.heartbeat_interval_s, grace, spec.trials.max_retries),
         )
         optuna.logging.set_verbosity(optuna.logging.WARNING)
+        # We drive heartbeats ourselves around ask/tell (Optuna warns that they are meant for
+        # Study.optimize) and use fail_stale_trials knowingly (marked experimental).
+        warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
+        warnings.filterwarnings("ignore", message=".*fail_stale_trials is experimental")
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         study = optuna.create_study(
             storage=self.storage,
             study_name=spec.study.name,
@@ -617,7 +622,9 @@ class StudyRunner:
             + (f"{used}/{n_trials} trials done, " if n_trials else "")
             + f"{spec.trials.parallel} at a time"
         )
-        slots = launch.split_devices(spec.trials.devices, spec.trials.parallel)
+        slots = launch.split_devices(
+            spec.trials.devices, spec.trials.parallel, nproc_per_node=spec.trials.nproc_per_node
+        )
         free_slots = list(slots)
         heartbeat = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
         heartbeat.start()
@@ -698,7 +705,7 @@ class StudyRunner:
             config["output_dir"] = str(self.runs_dir / f"trial-{trial.number:04d}" / "output")
         elif _has_path(config, "checkpoint.enable_checkpointing"):
             space.set_path(config, "checkpoint.enable_checkpointing", False)
-        retried = trial.system_attrs.get("failed_trial")
+        retried = self.storage.get_trial_system_attrs(trial._trial_id).get("failed_trial")
         if retried is not None:
             trial.set_user_attr("retry_of", retried)
         run = TrialRun(self, trial, params, config, slot)

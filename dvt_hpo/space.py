@@ -199,9 +199,7 @@ def same_value(a: Any, b: Any) -> bool:
     """Equality that never mixes booleans with numbers (``True == 1`` in Python)."""
     if isinstance(a, bool) or isinstance(b, bool):
         return isinstance(a, bool) and isinstance(b, bool) and a == b
-    if type(a) is not type(b) and not (
-        isinstance(a, (int, float)) and isinstance(b, (int, float))
-    ):
+    if type(a) is not type(b) and not (isinstance(a, (int, float)) and isinstance(b, (int, float))):
         return False
     return a == b
 
@@ -362,7 +360,7 @@ def _json_equal(a: Any, b: Any) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
     if a is _MISSING or b is _MISSING:
         return a is b
     return same_value(a, b)

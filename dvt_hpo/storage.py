@@ -15,9 +15,12 @@ Secrets are never printed or stored: every URL shown to a person goes through
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import re
 import sqlite3
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -134,7 +137,19 @@ def retry_callback(max_retries: int) -> Any:
     cls = getattr(storages, "RetryHeartbeatStaleTrialCallback", None)
     if cls is None:  # pragma: no cover - optuna < 4.9
         cls = storages.RetryFailedTrialCallback
-    return cls(max_retry=max_retries)
+    with _quiet_experimental():
+        return cls(max_retry=max_retries)
+
+
+@contextlib.contextmanager
+def _quiet_experimental() -> Iterator[None]:
+    # Heartbeats and the retry callback have been "experimental" in Optuna since 2.8 and are
+    # used here on purpose; the warning would only alarm users on every run.
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        yield
 
 
 def _enable_sqlite_wal(path: Path) -> None:
@@ -189,7 +204,8 @@ def open_storage(
             else "failed_trial_callback"
         )
         kwargs[callback_kw] = retry_callback(heartbeat.max_retries)
-    return optuna.storages.RDBStorage(url, **kwargs)
+    with _quiet_experimental():
+        return optuna.storages.RDBStorage(url, **kwargs)
 
 
 def supports_heartbeat(storage: Any) -> bool:

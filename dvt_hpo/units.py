@@ -56,7 +56,9 @@ def parse_bytes(value: int | str) -> int:
         )
     unit = match["unit"].lower()
     if unit not in BYTE_UNITS:
-        raise ValueError(f"unknown size unit {match['unit']!r} in {value!r}; units: {_ALLOWED_TEXT}")
+        raise ValueError(
+            f"unknown size unit {match['unit']!r} in {value!r}; units: {_ALLOWED_TEXT}"
+        )
     size = int(float(match["number"]) * BYTE_UNITS[unit])
     if size < 1:
         raise ValueError(f"a size must be at least 1 byte, got {value!r}")

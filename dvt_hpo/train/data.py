@@ -143,9 +143,7 @@ def _find_images(folder: Path) -> dict[str, list[Path]]:
 class ImageFolder(Dataset[tuple[torch.Tensor, torch.Tensor]]):
     """Images decoded on access from ``(path, label)`` pairs, resized to a square side."""
 
-    def __init__(
-        self, samples: Sequence[tuple[Path, int]], image_size: int, channels: int
-    ) -> None:
+    def __init__(self, samples: Sequence[tuple[Path, int]], image_size: int, channels: int) -> None:
         self.samples = list(samples)
         self.image_size = image_size
         self.channels = channels

@@ -51,7 +51,9 @@ def _resolve(name: str) -> ModelBuilder:
             for part in attr.split("."):
                 obj = getattr(obj, part)
         except (ImportError, AttributeError) as exc:
-            raise SpecError(f"cannot import model builder {name!r}: {exc}", field="model.builder")
+            raise SpecError(
+                f"cannot import model builder {name!r}: {exc}", field="model.builder"
+            ) from None
         if not callable(obj):
             raise SpecError(f"{name!r} is not callable", field="model.builder")
         return obj
@@ -62,9 +64,7 @@ def _resolve(name: str) -> ModelBuilder:
     )
 
 
-def build_model(
-    spec: ModelConfig, in_shape: Sequence[int], num_classes: int
-) -> nn.Module:
+def build_model(spec: ModelConfig, in_shape: Sequence[int], num_classes: int) -> nn.Module:
     """Build ``spec.builder`` for samples of shape ``in_shape`` and ``num_classes`` outputs."""
     builder = _resolve(spec.builder)
     params = inspect.signature(builder).parameters

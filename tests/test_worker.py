@@ -1,0 +1,400 @@
+"""The trial process end to end: a real ControlServer, a real TrialProcess running
+``python -m dvt_hpo.worker`` (and torchrun) on the torch-free toy entry point."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dvt_hpo.launch import (
+    Slot,
+    TrialProcess,
+    build_command,
+    describe_exit,
+    group_members,
+    pid_alive,
+    tail_lines,
+    trial_env,
+    wait_gone,
+)
+from dvt_hpo.protocol import (
+    EXIT_BAD_PAYLOAD,
+    EXIT_ERROR,
+    EXIT_NO_ORCHESTRATOR,
+    EXIT_OK,
+    EXIT_PRUNED,
+    EXIT_STOPPED,
+    ControlServer,
+)
+from tests.entrypoints.recording import RecordingHandler
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TOY = "tests.entrypoints.toy:run"
+WAIT_S = 30.0  # generous upper bounds: every wait returns as soon as its event happens
+
+
+@dataclass
+class Trial:
+    process: TrialProcess
+    server: ControlServer
+    handler: RecordingHandler
+    dir: Path
+
+    def result(self) -> dict[str, Any] | None:
+        path = self.dir / "result.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def json(self, name: str) -> dict[str, Any]:
+        return json.loads((self.dir / name).read_text())
+
+    def stderr(self) -> str:
+        return tail_lines(self.dir / "stderr.log", 200)
+
+    def stdout(self) -> str:
+        return tail_lines(self.dir / "stdout.log", 200)
+
+    def wait(self) -> int:
+        code = self.process.wait(WAIT_S)
+        assert code is not None, f"trial still running after {WAIT_S} s:\n{self.stderr()}"
+        return code
+
+
+def base_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+@pytest.fixture
+def start_trial(tmp_path: Path) -> Iterator[Callable[..., Trial]]:
+    trials: list[Trial] = []
+
+    def start(
+        config: dict[str, Any],
+        *,
+        handler: RecordingHandler | None = None,
+        launcher: str = "process",
+        nproc: int = 1,
+        memory_limit: int | None = None,
+        batch_size: dict[str, Any] | None = None,
+        report_timeout_s: float = WAIT_S,
+        entrypoint: str = TOY,
+        payload_text: str | None = None,
+        env_update: dict[str, str | None] | None = None,
+    ) -> Trial:
+        trial_dir = tmp_path / f"trial-{len(trials)}"
+        trial_dir.mkdir()
+        payload = {
+            "protocol": 1,
+            "study_name": "test",
+            "trial_number": len(trials),
+            "entrypoint": entrypoint,
+            "config": config,
+            "params": {"x": 0.5},
+            "batch_size": batch_size,
+            "report_timeout_s": report_timeout_s,
+            "trial_dir": str(trial_dir),
+        }
+        (trial_dir / "payload.json").write_text(payload_text or json.dumps(payload))
+        handler = handler or RecordingHandler()
+        server = ControlServer(None, handler)
+        env = trial_env(base_env(), Slot(0, "", 1), server.path, memory_limit)
+        for key, value in (env_update or {}).items():
+            if value is None:
+                env.pop(key, None)
+            else:
+                env[key] = value
+        process = TrialProcess.start(
+            build_command(launcher, trial_dir / "payload.json", nproc_per_node=nproc),
+            env=env,
+            cwd=trial_dir,
+            stdout_path=trial_dir / "stdout.log",
+            stderr_path=trial_dir / "stderr.log",
+        )
+        trial = Trial(process, server, handler, trial_dir)
+        trials.append(trial)
+        return trial
+
+    yield start
+    for trial in trials:
+        if trial.process.poll() is None:
+            trial.process.stop(0)
+        trial.server.close()
+
+
+def test_ok_result_with_reports_in_order(start_trial: Callable[..., Trial]) -> None:
+    trial = start_trial({"curve": [0.1, 0.2, 0.3]})
+    assert trial.wait() == EXIT_OK, trial.stderr()
+    assert trial.server.drain(WAIT_S)
+    result = trial.result()
+    assert result is not None
+    assert (result["status"], result["metrics"], result["rank"]) == ("ok", {"score": 0.3}, 0)
+    assert result["pid"] == trial.process.pid and result["duration_s"] >= 0
+    assert trial.handler.reports == [(0, {"score": 0.1}), (1, {"score": 0.2}), (2, {"score": 0.3})]
+    assert [(h.rank, h.pid, h.pgid) for h in trial.server.hellos] == [
+        (0, trial.process.pid, trial.process.pgid)
+    ]
+
+
+def test_an_exception_becomes_an_error_result(start_trial: Callable[..., Trial]) -> None:
+    trial = start_trial({"actions": [{"do": "raise", "type": "ValueError", "message": "boom"}]})
+    assert trial.wait() == EXIT_ERROR
+    result = trial.result()
+    assert result is not None and result["status"] == "error"
+    assert (result["exc_type"], result["message"], result["rank"]) == ("ValueError", "boom", 0)
+    assert "toy.py" in result["traceback"] and "ValueError: boom" in result["traceback"]
+    assert result["out_of_memory"] is False
+    assert "rank 0 failed: ValueError: boom" in trial.stderr()
+
+
+def test_a_hard_exit_leaves_no_result(start_trial: Callable[..., Trial]) -> None:
+    trial = start_trial({"actions": [{"do": "exit", "code": 7}]})
+    assert trial.wait() == 7 and describe_exit(7) == "exit code 7"
+    assert trial.result() is None
+
+
+def test_sys_exit_non_zero_is_an_error(start_trial: Callable[..., Trial]) -> None:
+    trial = start_trial({"actions": [{"do": "sys_exit", "code": 5}]})
+    assert trial.wait() == 5
+    result = trial.result()
+    assert result is not None and result["exc_type"] == "SystemExit"
+    assert "sys.exit(5)" in result["message"]
+
+
+def test_a_segfault_is_described(start_trial: Callable[..., Trial]) -> None:
+    trial = start_trial(
+        {"actions": [{"do": "report", "step": 0, "metrics": 1.0}, {"do": "segfault"}]}
+    )
+    code = trial.wait()
+    assert code == -int(signal.SIGSEGV)
+    assert describe_exit(code) == "killed by signal SIGSEGV (-11)"
+    assert trial.result() is None and len(trial.handler.reports) == 1
+
+
+def test_the_memory_limit_turns_a_big_allocation_into_memory_error(
+    start_trial: Callable[..., Trial],
+) -> None:
+    trial = start_trial({"actions": [{"do": "allocate", "bytes": 2 << 30}]}, memory_limit=512 << 20)
+    assert trial.wait() == EXIT_ERROR, trial.stderr()
+    result = trial.result()
+    assert result is not None and result["exc_type"] == "MemoryError"
+    assert result["out_of_memory"] is True
+
+
+def test_prune_ends_the_trial_and_stop_leaves_no_process(
+    start_trial: Callable[..., Trial],
+) -> None:
+    handler = RecordingHandler(prune=lambda step, metrics: step == 2)
+    trial = start_trial({"curve": [0.5, 0.4, 0.3, 0.2, 0.1]}, handler=handler)
+    assert trial.wait() == EXIT_PRUNED
+    result = trial.result()
+    assert result is not None and (result["status"], result["step"]) == ("pruned", 2)
+    assert [step for step, _ in handler.reports] == [0, 1, 2]
+    outcome = trial.process.stop(5)
+    assert (outcome.how, outcome.returncode) == ("exited", EXIT_PRUNED)
+    with pytest.raises(ProcessLookupError):
+        os.killpg(trial.process.pgid, 0)
+
+
+def test_sigterm_lets_finally_blocks_run(start_trial: Callable[..., Trial], tmp_path: Path) -> None:
+    finally_file = tmp_path / "finally.txt"
+    trial = start_trial(
+        {
+            "actions": [
+                {"do": "attr", "key": "ready", "value": True},
+                {"do": "sleep", "seconds": 60},
+            ],
+            "finally_file": str(finally_file),
+        }
+    )
+    trial.handler.wait_attr("ready", WAIT_S)
+    outcome = trial.process.stop(WAIT_S)
+    assert (outcome.how, outcome.returncode) == ("terminated", EXIT_STOPPED)
+    assert outcome.seconds < 5
+    assert finally_file.read_text() == "finally rank 0\n"
+    result = trial.result()
+    assert result is not None and (result["status"], result["signal"]) == ("stopped", "SIGTERM")
+
+
+def test_the_watchdog_kills_the_group_when_the_orchestrator_goes(
+    start_trial: Callable[..., Trial],
+) -> None:
+    trial = start_trial(
+        {
+            "actions": [
+                {"do": "spawn", "seconds": 60},
+                {"do": "attr", "key": "ready", "value": True},
+                {"do": "sleep", "seconds": 60},
+            ]
+        }
+    )
+    child = trial.handler.wait_attr("child_pid", WAIT_S)
+    trial.handler.wait_attr("ready", WAIT_S)
+    trial.server.close()  # what the orchestrator's death does to the connection
+    assert trial.process.wait(10) == -int(signal.SIGKILL)
+    assert not pid_alive(child) and group_members(trial.process.pgid) == []
+    assert "lost the control connection" in trial.stderr()
+
+
+def test_no_orchestrator_exits_at_once(start_trial: Callable[..., Trial], tmp_path: Path) -> None:
+    trial = start_trial(
+        {"curve": [1.0]}, env_update={"DVT_HPO_CONTROL": str(tmp_path / "gone.sock")}
+    )
+    assert trial.wait() == EXIT_NO_ORCHESTRATOR
+    assert "orchestrator is gone" in trial.stderr() and trial.result() is None
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{", "is not JSON"),
+        (json.dumps({"protocol": 2, "entrypoint": TOY, "config": {}}), "protocol must be 1"),
+        (json.dumps({"protocol": 1, "entrypoint": "toy.run", "config": {}}), "module:function"),
+        (
+            json.dumps({"protocol": 1, "entrypoint": TOY, "config": {}, "batch_size": {"x": 1}}),
+            "unknown keys",
+        ),
+    ],
+)
+def test_a_bad_payload_exits_with_code_2(
+    start_trial: Callable[..., Trial], text: str, message: str
+) -> None:
+    trial = start_trial({}, payload_text=text)
+    assert trial.wait() == EXIT_BAD_PAYLOAD
+    assert message in trial.stderr()
+
+
+def test_entrypoint_import_errors_are_trial_errors(start_trial: Callable[..., Trial]) -> None:
+    trial = start_trial({}, entrypoint="tests.entrypoints.missing:run")
+    assert trial.wait() == EXIT_ERROR
+    result = trial.result()
+    assert result is not None and result["exc_type"] == "ModuleNotFoundError"
+
+
+def test_the_return_value_must_be_metrics(start_trial: Callable[..., Trial]) -> None:
+    trial = start_trial({"actions": [], "return": {"score": "high"}})
+    assert trial.wait() == EXIT_ERROR
+    result = trial.result()
+    assert result is not None and "metrics must be numbers" in result["message"]
+
+
+def test_without_control_socket_it_runs_locally(start_trial: Callable[..., Trial]) -> None:
+    trial = start_trial({"curve": [0.25, 0.5]}, env_update={"DVT_HPO_CONTROL": None})
+    assert trial.wait() == EXIT_OK
+    assert trial.stdout().splitlines() == ["epoch 0: score=0.25", "epoch 1: score=0.5"]
+    assert trial.server.n_accepted == 0
+    assert (trial.result() or {}).get("metrics") == {"score": 0.5}
+
+
+def test_a_late_decision_does_not_stop_training(start_trial: Callable[..., Trial]) -> None:
+    handler = RecordingHandler(prune=lambda step, metrics: step == 0)
+    slow = handler.on_report
+    release = threading.Event()
+
+    def on_report(step: int, metrics: dict[str, float]) -> bool:
+        release.wait(WAIT_S)
+        return slow(step, metrics)
+
+    handler.on_report = on_report  # type: ignore[method-assign]
+    trial = start_trial({"curve": [1.0, 2.0]}, handler=handler, report_timeout_s=0.2)
+    try:
+        assert trial.wait() == EXIT_OK
+    finally:
+        release.set()
+    assert "no pruning decision for step 0" in trial.stderr()
+    assert (trial.result() or {}).get("status") == "ok"
+
+
+def test_batch_size_search_and_cache_through_the_worker(
+    start_trial: Callable[..., Trial],
+) -> None:
+    cache: dict[str, dict[str, Any]] = {}
+    settings = {"auto": True, "min": 1, "max": 512, "tolerance": 0.0, "cache_key": "m"}
+    config = {"actions": [{"do": "find_batch_size", "capacity": 200, "oom_above": True}]}
+    first = start_trial(config, handler=RecordingHandler(cache=cache), batch_size=settings)
+    assert first.wait() == EXIT_OK, first.stderr()
+    assert first.server.drain(WAIT_S)
+    assert first.handler.attrs["batch_size"] == 200
+    assert first.handler.attrs["batch_size_cache"] == "miss"
+    second = start_trial(config, handler=RecordingHandler(cache=cache), batch_size=settings)
+    assert second.wait() == EXIT_OK
+    assert second.server.drain(WAIT_S)
+    assert second.handler.attrs["batch_size_cache"] == "hit"
+    assert second.handler.attrs["batch_size_probe_sizes"] == [200]
+    assert (second.result() or {})["metrics"]["batch_size"] == 200.0
+
+
+# -- torchrun (real; each start costs ~2 s) -------------------------------------------------
+
+
+def test_torchrun_rank_failure_is_recorded_by_that_rank(
+    start_trial: Callable[..., Trial], tmp_path: Path
+) -> None:
+    finally_file = tmp_path / "finally.txt"
+    meet = tmp_path / "meet.fifo"
+    os.mkfifo(meet)
+    trial = start_trial(
+        {
+            "actions": [
+                # Rank 1 fails only once the chief is running its entry point.
+                {"do": "write", "rank": 0, "path": str(meet), "text": "here"},
+                {"do": "read", "rank": 1, "path": str(meet)},
+                {"do": "raise", "rank": 1, "type": "ArithmeticError", "message": "rank one broke"},
+                {"do": "sleep", "seconds": 60},
+            ],
+            "finally_file": str(finally_file),
+        },
+        launcher="torchrun",
+        nproc=2,
+    )
+    code = trial.wait()
+    assert code != 0, trial.stderr()
+    error = trial.json("error-rank1.json")
+    assert (error["status"], error["rank"], error["exc_type"]) == ("error", 1, "ArithmeticError")
+    assert error["message"] == "rank one broke"
+    chief = trial.result()  # torchrun stopped the chief: not a cause, just what happened to it
+    assert chief is not None and chief["status"] == "stopped"
+    assert sorted(finally_file.read_text().splitlines()) == ["finally rank 0", "finally rank 1"]
+    assert sorted(h.rank for h in trial.server.hellos) == [0, 1]
+
+
+def test_torchrun_prune_then_stop_kills_every_rank(
+    start_trial: Callable[..., Trial], tmp_path: Path
+) -> None:
+    ready = tmp_path / "rank1.fifo"
+    os.mkfifo(ready)
+    handler = RecordingHandler(prune=lambda step, metrics: step == 1)
+    trial = start_trial(
+        {
+            "actions": [
+                # Rank 1 stands for a rank stuck in a collective that ignores SIGTERM.
+                {"do": "ignore_sigterm", "rank": 1},
+                {"do": "write", "rank": 1, "path": str(ready), "text": "ready"},
+                {"do": "sleep", "rank": 1, "seconds": 120},
+                {"do": "curve", "rank": 0},
+            ],
+            "curve": [0.5, 0.4, 0.3, 0.2],
+        },
+        handler=handler,
+        launcher="torchrun",
+        nproc=2,
+    )
+    assert ready.read_text() == "ready"  # blocks until rank 1 ignores SIGTERM
+    hellos = handler.wait_hellos(2, WAIT_S)
+    assert handler.wait_for(lambda h: len(h.reports) == 2, WAIT_S)
+    pids = {rank: pid for rank, pid, _ in hellos}
+    assert wait_gone([pids[0]], WAIT_S)  # the chief exits by itself after its prune...
+    assert pid_alive(pids[1])  # ...while rank 1 holds on, and torchrun waits for it
+    outcome = trial.process.stop(2.0)
+    assert outcome.all_gone and outcome.seconds < 10
+    assert [pid for pid in pids.values() if pid_alive(pid)] == []
+    result = trial.result()
+    assert result is not None and (result["status"], result["step"]) == ("pruned", 1)

@@ -1,0 +1,260 @@
+"""TrainerConfig: strict loading, round trips, YAML errors with lines, overrides, schema helpers."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+import yaml
+
+from dvt_hpo.exceptions import SpecError
+from dvt_hpo.train import apply_overrides
+from dvt_hpo.train.config import (
+    SchedConfig,
+    TrainerConfig,
+    WarmupConfig,
+    dump_trainer_config,
+    load_trainer_config,
+)
+from dvt_hpo.train.schema import field_type_at, value_fits_type
+
+FULL = {
+    "epochs": 3,
+    "seed": 7,
+    "output_dir": "out",
+    "model": {"builder": "mlp", "kwargs": {"width": 64, "depth": 3, "dropout": 0.1}},
+    "data": {
+        "kind": "synthetic",
+        "val_fraction": 0.25,
+        "batch_size": 16,
+        "image_size": 12,
+        "max_samples": 100,
+        "synthetic": {"num_samples": 200, "num_classes": 3, "channels": 1},
+    },
+    "optim": {"target": "torch.optim.SGD", "optim_args": {"lr": 1, "momentum": 0.9}},
+    "sched": {
+        "target": "torch.optim.lr_scheduler.StepLR",
+        "sched_args": {"step_size": 2, "gamma": 0.5},
+        "step_on": "step",
+        "warmup": {"steps": 10, "start_factor": 0.2},
+    },
+    "precision": {"amp": True, "amp_dtype": "fp16", "grad_clip": 1, "accumulate_steps": 2},
+    "ema": {"enabled": True, "decay": 0.99, "update_every": 2, "warmup_steps": 5},
+    "checkpoint": {"monitor": "loss", "mode": "min", "dir": "ck", "keep_last_n": 3},
+    "devices": {"device": "cuda:1", "strategy": "ddp", "pin_memory": True},
+}
+
+
+def spec_error(data: Any) -> SpecError:
+    with pytest.raises(SpecError) as info:
+        TrainerConfig.from_dict(data, source="trainer.yaml")
+    return info.value
+
+
+def test_defaults_round_trip_and_are_plain_data() -> None:
+    cfg = TrainerConfig()
+    data = cfg.to_dict()
+    assert TrainerConfig.from_dict(data) == cfg
+    # JSON/YAML types only: a YAML dump and reload is the identity.
+    assert yaml.safe_load(yaml.safe_dump(data)) == data
+    assert data["optim"] == {
+        "target": "torch.optim.AdamW",
+        "optim_args": {"lr": 1e-3},
+        "weight_decay": 0.0,
+    }
+    assert data["sched"] is None
+
+
+def test_full_config_round_trips_and_converts_ints_for_floats() -> None:
+    cfg = TrainerConfig.from_dict(FULL)
+    assert TrainerConfig.from_dict(cfg.to_dict()) == cfg
+    assert cfg.sched == SchedConfig(
+        "torch.optim.lr_scheduler.StepLR",
+        {"step_size": 2, "gamma": 0.5},
+        "step",
+        WarmupConfig(steps=10, start_factor=0.2),
+    )
+    assert isinstance(cfg.precision.grad_clip, float) and cfg.precision.grad_clip == 1.0
+    # Free kwargs keep their YAML type.
+    assert cfg.optim.optim_args["lr"] == 1 and isinstance(cfg.optim.optim_args["lr"], int)
+
+
+def test_unknown_key_names_the_field_and_suggests() -> None:
+    err = spec_error({"optim": {"optim_argz": {}}})
+    assert err.field == "optim.optim_argz" and err.file == "trainer.yaml"
+    assert "did you mean 'optim_args'?" in str(err)
+    assert "allowed keys: target, optim_args, weight_decay" in str(err)
+    err = spec_error({"epoch": 3})
+    assert err.field == "epoch" and "did you mean 'epochs'?" in str(err)
+    # A free kwarg put one level too high points at where it belongs.
+    err = spec_error({"optim": {"lr": 0.1}})
+    assert "did you mean 'optim_args.lr'?" in str(err)
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "words"),
+    [
+        ({"epochs": "3"}, "epochs", ["expected int", "'3' (str)"]),
+        ({"epochs": True}, "epochs", ["expected int", "True (bool)"]),
+        ({"data": {"val_fraction": False}}, "data.val_fraction", ["expected float"]),
+        (
+            {"precision": {"amp_dtype": "fp8"}},
+            "precision.amp_dtype",
+            ["'fp16', 'bf16', 'fp32'", "'fp8'"],
+        ),
+        ({"devices": {"strategy": "dp"}}, "devices.strategy", ["'auto', 'single', 'ddp'"]),
+        ({"model": None}, "model", ["not optional"]),
+        ({"optim": {"optim_args": {"lr": object()}}}, "optim.optim_args.lr", ["importable target"]),
+        ({"optim": {"optim_args": []}}, "optim.optim_args", ["expected a mapping"]),
+        ({"optim": {"target": "AdamW"}}, "optim.target", ["importable target", "'AdamW'"]),
+        ({"epochs": 0}, "epochs", ["expected >= 1, got 0"]),
+        ({"data": {"val_fraction": 1}}, "data.val_fraction", ["0 < val_fraction < 1", "1.0"]),
+        ({"data": {"kind": "imagefolder"}}, "data.root", ["needs root"]),
+        ({"sched": {"warmup": {}}}, "sched.warmup.steps", ["exactly one of steps and epochs"]),
+        ({"devices": {"device": "gpu"}}, "devices.device", ["'cuda:N'", "'gpu'"]),
+        (
+            {"optim": {"optim_args": {"weight_decay": 0.1}}},
+            "optim.optim_args.weight_decay",
+            ["optim.weight_decay"],
+        ),
+        ([1, 2], None, ["expected a mapping"]),
+    ],
+)
+def test_rejections_name_field_value_and_rule(
+    data: Any, field: str | None, words: list[str]
+) -> None:
+    err = spec_error(data)
+    assert err.field == field
+    for word in words:
+        assert word in err.message
+
+
+def test_optional_section_accepts_null_and_missing_keys_take_defaults() -> None:
+    cfg = TrainerConfig.from_dict({"sched": None, "data": {"batch_size": 8}})
+    assert cfg.sched is None and cfg.data.batch_size == 8 and cfg.data.kind == "digits"
+    cfg = TrainerConfig.from_dict({"sched": {}})
+    assert cfg.sched == SchedConfig()
+
+
+def test_with_values_checks_the_new_values() -> None:
+    cfg = TrainerConfig().with_values({"data.batch_size": 32, "precision.accumulate_steps": 2})
+    assert (cfg.data.batch_size, cfg.precision.accumulate_steps) == (32, 2)
+    with pytest.raises(SpecError, match="expected int"):
+        TrainerConfig().with_values({"data.batch_size": 3.5})
+
+
+def test_yaml_file_errors_carry_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "trainer.yaml"
+    path.write_text(
+        "epochs: 2\noptim:\n  target: torch.optim.SGD\n  optim_args:\n    lr: fast\n  momentun: 0.9\n"
+    )
+    with pytest.raises(SpecError) as info:
+        load_trainer_config(path)
+    assert (info.value.file, info.value.line, info.value.field) == (str(path), 6, "optim.momentun")
+    assert str(info.value).startswith(f"{path}:6: optim.momentun: unknown key")
+    path.write_text("epochs: [\n")
+    with pytest.raises(SpecError, match="invalid YAML") as info:
+        load_trainer_config(path)
+    assert info.value.line is not None
+
+
+def test_dump_and_load_round_trip(tmp_path: Path) -> None:
+    cfg = TrainerConfig.from_dict(FULL)
+    path = tmp_path / "sub" / "cfg.yaml"
+    dump_trainer_config(cfg, path)
+    assert load_trainer_config(path) == cfg
+    assert load_trainer_config(_empty(tmp_path)) == TrainerConfig()
+
+
+def _empty(tmp_path: Path) -> Path:
+    path = tmp_path / "empty.yaml"
+    path.write_text("")
+    return path
+
+
+def test_overrides_parse_yaml_values_and_reject_unknown_paths() -> None:
+    cfg = apply_overrides(
+        TrainerConfig(),
+        [
+            "optim.optim_args.lr=0.05",
+            "sched.target=torch.optim.lr_scheduler.StepLR",
+            "ema.enabled=true",
+        ],
+    )
+    assert cfg.optim.optim_args == {"lr": 0.05}
+    assert cfg.sched is not None and cfg.sched.target.endswith("StepLR") and cfg.ema.enabled
+    with pytest.raises(SpecError, match="did you mean 'epochs'") as info:
+        apply_overrides(TrainerConfig(), ["epoch=3"])
+    assert (info.value.file, info.value.field) == ("--set", "epoch")
+    with pytest.raises(SpecError, match="expected path=value"):
+        apply_overrides(TrainerConfig(), ["epochs"])
+    with pytest.raises(SpecError, match="expected int") as info:
+        apply_overrides(TrainerConfig(), ["data.batch_size=big"])
+    assert info.value.field == "data.batch_size"
+
+
+def test_field_type_at_walks_sections_free_dicts_and_optionals() -> None:
+    assert field_type_at(TrainerConfig, "epochs") is int
+    assert field_type_at(TrainerConfig, "optim.optim_args.lr") is Any
+    assert field_type_at(TrainerConfig, "model.kwargs.width") is Any
+    assert field_type_at(TrainerConfig, "optim.weight_decay") is float
+    assert field_type_at(TrainerConfig, "sched.warmup.steps") == int | None
+    assert field_type_at(TrainerConfig, "precision.amp_dtype") == Literal["fp16", "bf16", "fp32"]
+    assert field_type_at(TrainerConfig, "data.image_size") == int | None
+
+
+@pytest.mark.parametrize(
+    ("path", "words"),
+    [
+        ("optim.lr", ["no field 'lr' in optim", "'optim_args.lr'"]),
+        ("sched.warmpu.steps", ["did you mean 'warmup'"]),
+        ("epochs.x", ["'epochs' is int and has no sub-key 'x'"]),
+        ("", ["empty path"]),
+    ],
+)
+def test_field_type_at_unknown_paths(path: str, words: list[str]) -> None:
+    with pytest.raises(KeyError) as info:
+        field_type_at(TrainerConfig, path)
+    for word in words:
+        assert word in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "tp", "fits"),
+    [
+        (3, float, True),
+        (3.5, float, True),
+        (True, float, False),
+        (True, int, False),
+        (3, int, True),
+        (3.0, int, False),
+        (None, int | None, True),
+        (None, int, False),
+        ("bf16", Literal["fp16", "bf16"], True),
+        ("fp8", Literal["fp16", "bf16"], False),
+        (True, Literal[1], False),
+        ("x", str, True),
+        (1, str, False),
+        ([1, 2], list[int], True),
+        ([1, "a"], list[int], False),
+        ((1, 2), tuple[int, ...], True),
+        ({"a": 1}, Any, True),
+        (object(), Any, False),
+        ({"a": 1.5}, dict[str, float], True),
+        ({"builder": "mlp"}, field_type_at(TrainerConfig, "model"), True),
+        ({"builder": 3}, field_type_at(TrainerConfig, "model"), False),
+    ],
+)
+def test_value_fits_type(value: Any, tp: Any, fits: bool) -> None:
+    assert value_fits_type(value, tp) is fits
+
+
+def test_importing_the_package_and_config_does_not_import_torch() -> None:
+    code = (
+        "import sys, dvt_hpo.train, dvt_hpo.train.config, dvt_hpo.train.schema; "
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
