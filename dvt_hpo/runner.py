@@ -49,6 +49,7 @@ BUILTIN_ENTRYPOINT = "dvt_hpo.train:run"
 _ATTR_PREFIX = "dvt_hpo:"
 _CACHE_PREFIX = "dvt_hpo:batch_size_cache:"
 _HEARTBEAT_ATTR = "dvt_hpo:heartbeat"
+_OVER_BUDGET_ATTR = "dvt_hpo:over_budget"
 # Exit code of a run stopped by Ctrl-C (128 + SIGINT), as shells report it.
 EXIT_INTERRUPTED = 130
 
@@ -585,14 +586,29 @@ class StudyRunner:
         else:
             self.storage.set_trial_system_attr(trial_id, _HEARTBEAT_ATTR, time.time())
 
+    def budget(self) -> tuple[int, int, int]:
+        """``(used, waiting, foreign_running)`` of the study right now.
+
+        ``used`` counts towards ``study.n_trials``: every trial except FAILs that a retry
+        superseded (the WAITING/RUNNING/finished copy counts instead). ``waiting`` are enqueued
+        retries, which are run even when the budget is used up (they are counted already).
+        ``foreign_running`` are RUNNING trials of other workers, or of a dead orchestrator
+        whose heartbeat has not gone stale yet.
+        """
+        with self.study_lock:
+            trials = self.study.get_trials(deepcopy=False)
+        used = waiting = foreign = 0
+        for t in _counted(trials):
+            state = t.state.name
+            used += 1
+            if state == "WAITING":
+                waiting += 1
+            elif state == "RUNNING" and t.number not in self.running:
+                foreign += 1
+        return used, waiting, foreign
+
     def budget_used(self) -> int:
-        """Trials that count towards ``study.n_trials``: every trial except FAILs that were
-        superseded by a retry (their WAITING/RUNNING/finished copy counts instead)."""
-        trials = self.study.get_trials(deepcopy=False)
-        superseded: set[int] = set()
-        for t in trials:
-            superseded.update(t.system_attrs.get("retry_history", []))
-        return sum(1 for t in trials if not (t.state.name == "FAIL" and t.number in superseded))
+        return self.budget()[0]
 
     def _heartbeat_loop(self) -> None:
         interval_s = self.spec.study.heartbeat_interval_s
@@ -608,9 +624,9 @@ class StudyRunner:
         spec = self.spec
         self.open_study()
         n_trials = spec.study.n_trials
-        used = self.budget_used()
+        used, waiting, foreign = self.budget()
         where = redact_url(spec.study.storage)
-        if n_trials is not None and used >= n_trials:
+        if n_trials is not None and used >= n_trials and not waiting and not foreign:
             self.out(
                 f"study {spec.study.name!r} ({where}) already has {used}/{n_trials} trials; "
                 "nothing to run"
@@ -641,18 +657,23 @@ class StudyRunner:
                 if launching and deadline is not None and time.monotonic() >= deadline:
                     launching = False
                     self.out(f"study.timeout_s={spec.study.timeout_s:g} reached: no new trials")
+                foreign = 0
                 while launching and free_slots:
-                    with self.study_lock:
-                        used = self.budget_used()
-                    if n_trials is not None and used >= n_trials:
-                        launching = False
+                    used, waiting, foreign = self.budget()
+                    if n_trials is not None and used >= n_trials and not waiting:
                         break
-                    self._launch(free_slots.pop(0))
-                if not self.running:
+                    slot = free_slots.pop(0)
+                    if not self._launch(slot):
+                        free_slots.append(slot)
+                if not self.running and not (launching and foreign):
+                    # Trials of a dead orchestrator stay RUNNING until their heartbeat goes
+                    # stale; waiting for them lets this worker retry them instead of leaving.
                     break
-                wait_s = None
+                # Bounded, so that retries enqueued by the heartbeat reconciliation (and the
+                # study deadline) are noticed while trials run.
+                wait_s = float(spec.study.heartbeat_interval_s)
                 if launching and deadline is not None:
-                    wait_s = max(0.0, deadline - time.monotonic())
+                    wait_s = min(wait_s, max(0.0, deadline - time.monotonic()))
                 try:
                     outcome = self.events.get(timeout=wait_s)
                 except queue.Empty:
@@ -692,12 +713,27 @@ class StudyRunner:
             return max(1, math.ceil(mf * total))
         return int(mf)
 
-    def _launch(self, slot: launch.Slot) -> None:
+    def _launch(self, slot: launch.Slot) -> bool:
+        """Ask for a trial and start it in ``slot``; False when the study's budget turned out
+        to be used up by another worker between our count and our ask."""
         spec = self.spec
         with self.study_lock:
             trial = self.study.ask()
+            trial_id = trial._trial_id  # Optuna exposes no public id; storages need it
             # A RUNNING trial without a heartbeat is never found stale: record one at once.
-            self._beat(trial._trial_id)
+            self._beat(trial_id)
+            system_attrs = self.storage.get_trial_system_attrs(trial_id)
+            retried = system_attrs.get("failed_trial")
+            if retried is None and self._over_budget(trial.number):
+                # Storages number trials atomically, so "the first n_trials count" is exact
+                # across workers; the extra one is closed at once and never counted.
+                self.storage.set_trial_system_attr(trial_id, _OVER_BUDGET_ATTR, True)
+                trial.set_user_attr("status", "over-budget")
+                trial.set_user_attr(
+                    "reason", "another worker took the last trial of study.n_trials first"
+                )
+                self.study.tell(trial, state=_state("FAIL"))
+                return False
             params = space.sample(trial, spec.search_space)
         config = space.apply(spec.trainer.config, spec.search_space, params)
         if spec.trainer.entrypoint == BUILTIN_ENTRYPOINT:
@@ -705,12 +741,19 @@ class StudyRunner:
             config["output_dir"] = str(self.runs_dir / f"trial-{trial.number:04d}" / "output")
         elif _has_path(config, "checkpoint.enable_checkpointing"):
             space.set_path(config, "checkpoint.enable_checkpointing", False)
-        retried = self.storage.get_trial_system_attrs(trial._trial_id).get("failed_trial")
         if retried is not None:
             trial.set_user_attr("retry_of", retried)
         run = TrialRun(self, trial, params, config, slot)
         self.running[trial.number] = run
         run.start()
+        return True
+
+    def _over_budget(self, number: int) -> bool:
+        n_trials = self.spec.study.n_trials
+        if n_trials is None:
+            return False
+        earlier = [t for t in self.study.get_trials(deepcopy=False) if t.number < number]
+        return _count_budget(earlier) >= n_trials
 
     def _interrupt(self) -> None:
         if not self.running:
@@ -753,6 +796,24 @@ class StudyRunner:
                 f"best trial {best.number}: {self.spec.objective.metric}={best.value:.4f}  "
                 f"{_fmt_params(best.params)}"
             )
+
+
+def _counted(trials: list[Any]) -> list[Any]:
+    """The trials that count towards ``study.n_trials``: all but FAILs superseded by a retry
+    and trials closed as over budget."""
+    superseded: set[int] = set()
+    for t in trials:
+        superseded.update(t.system_attrs.get("retry_history", []))
+    return [
+        t
+        for t in trials
+        if not t.system_attrs.get(_OVER_BUDGET_ATTR)
+        and not (t.state.name == "FAIL" and t.number in superseded)
+    ]
+
+
+def _count_budget(trials: list[Any]) -> int:
+    return len(_counted(trials))
 
 
 def _has_path(config: Any, path: str) -> bool:
