@@ -638,6 +638,8 @@ class StudyRunner:
             + (f"{used}/{n_trials} trials done, " if n_trials else "")
             + f"{spec.trials.parallel} at a time"
         )
+        if spec.tracking.mlflow is not None:
+            self.out("note: tracking.mlflow is validated but not recorded yet (a later release)")
         slots = launch.split_devices(
             spec.trials.devices, spec.trials.parallel, nproc_per_node=spec.trials.nproc_per_node
         )

@@ -16,6 +16,7 @@ Every sample is ``(image, label)`` with ``image`` a float tensor ``(channels, si
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,12 +87,27 @@ def _resize(image: torch.Tensor, size: int) -> torch.Tensor:
     ).squeeze(0)
 
 
-def _digits(cfg: DataConfig) -> tuple[Dataset[Any], int, tuple[str, ...]]:
+def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's bundled digits: images (1797, 8, 8) with values 0..16, labels (1797,)."""
+    # Importing sklearn.datasets costs ~1 s per trial process; the data is a small CSV inside
+    # the package, read directly when it is where scikit-learn keeps it.
+    spec = importlib.util.find_spec("sklearn")
+    if spec is not None and spec.submodule_search_locations:
+        path = Path(list(spec.submodule_search_locations)[0], "datasets", "data", "digits.csv.gz")
+        if path.is_file():
+            table = np.loadtxt(path, delimiter=",")
+            if table.shape == (1797, 65):
+                return table[:, :-1].reshape(-1, 8, 8), table[:, -1]
     from sklearn.datasets import load_digits
 
     bunch = load_digits()
-    images = torch.from_numpy(np.asarray(bunch.images, dtype=np.float32) / 16.0).unsqueeze(1)
-    labels = torch.from_numpy(np.asarray(bunch.target, dtype=np.int64))
+    return bunch.images, bunch.target
+
+
+def _digits(cfg: DataConfig) -> tuple[Dataset[Any], int, tuple[str, ...]]:
+    pixels, targets = _digits_arrays()
+    images = torch.from_numpy(np.asarray(pixels, dtype=np.float32) / 16.0).unsqueeze(1)
+    labels = torch.from_numpy(np.asarray(targets, dtype=np.int64))
     dataset: Dataset[Any] = TensorDataset(images, labels)
     if cfg.image_size is not None and cfg.image_size != 8:
         dataset = _Resized(dataset, cfg.image_size)
@@ -223,7 +239,8 @@ def _imagefolder(cfg: DataConfig, seed: int) -> DataBundle:
     channels = image_channels(samples[0][0])
     full = _cap(ImageFolder(samples, size, channels), cfg.max_samples, seed)
     if cfg.val_root is None:
-        train_idx, val_idx = split_indices(len(full), cfg.val_fraction, seed)  # type: ignore[arg-type]
+        n = len(full)  # type: ignore[arg-type]
+        train_idx, val_idx = split_indices(n, cfg.val_fraction, seed)
         train: Dataset[Any] = Subset(full, train_idx)
         val: Dataset[Any] = Subset(full, val_idx)
     else:

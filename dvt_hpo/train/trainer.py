@@ -524,9 +524,8 @@ class Trainer:
                 steps_now = i - group_start == group_len - 1
                 # DDP all-reduces gradients on every backward unless told not to: only the
                 # last micro-batch of an accumulation group needs it.
-                sync = (
-                    contextlib.nullcontext() if steps_now or not info.enabled else model.no_sync()  # type: ignore[operator]
-                )
+                defer = info.enabled and not steps_now
+                sync = model.no_sync() if defer else contextlib.nullcontext()
                 with sync:
                     with precision.autocast():
                         loss = F.cross_entropy(model(inputs), labels)

@@ -149,7 +149,8 @@ def test_with_values_checks_the_new_values() -> None:
 def test_yaml_file_errors_carry_the_line(tmp_path: Path) -> None:
     path = tmp_path / "trainer.yaml"
     path.write_text(
-        "epochs: 2\noptim:\n  target: torch.optim.SGD\n  optim_args:\n    lr: fast\n  momentun: 0.9\n"
+        "epochs: 2\noptim:\n  target: torch.optim.SGD\n  optim_args:\n    lr: 0.1\n"
+        "  momentun: 0.9\n"
     )
     with pytest.raises(SpecError) as info:
         load_trainer_config(path)

@@ -141,15 +141,36 @@ def test_imagefolder_png(tmp_path: Path) -> None:
         for i in range(3):
             _png_gray(tmp_path / name / f"{i}.png", np.full((6, 6), value))
     cfg = DataConfig(kind="imagefolder", root=str(tmp_path), image_size=4, val_fraction=0.34)
-    try:
-        import PIL  # noqa: F401
-    except ImportError:
-        with pytest.raises(SpecError, match="needs Pillow"):
-            build_data(cfg, 0)
-        return
     bundle = build_data(cfg, 0)
     assert bundle.in_shape == (1, 4, 4)
     for i in range(len(bundle.train)):
         image, label = bundle.train[i]
         expected = 10 / 255 if int(label) == 0 else 240 / 255
         assert torch.allclose(image, torch.full((1, 4, 4), expected), atol=1e-3)
+
+
+def test_digits_match_scikit_learn() -> None:
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    data = build_data(DataConfig(val_fraction=0.5), seed=0)
+    full = data.train.dataset  # both splits index the same full dataset
+    images, labels = full.tensors
+    assert torch.equal(images.squeeze(1) * 16, torch.from_numpy(bunch.images).float())
+    assert torch.equal(labels, torch.from_numpy(bunch.target))
+
+
+def test_imagefolder_jpeg_rgb(tmp_path: Path) -> None:
+    from PIL import Image
+
+    for name, color in (("red", (250, 0, 0)), ("blue", (0, 0, 250))):
+        (tmp_path / name).mkdir()
+        for i in range(3):
+            Image.new("RGB", (10, 7), color).save(tmp_path / name / f"{i}.jpg", quality=95)
+    cfg = DataConfig(kind="imagefolder", root=str(tmp_path), image_size=5, val_fraction=0.34)
+    bundle = build_data(cfg, 0)
+    assert bundle.in_shape == (3, 5, 5)
+    assert bundle.num_classes == 2
+    image, label = bundle.train[0]
+    channel = 0 if bundle.class_names[int(label)] == "red" else 2
+    assert float(image[channel].mean()) > 0.9

@@ -242,7 +242,8 @@ def alloc_limited(in_shape: tuple[int, ...], num_classes: int, *, limit: int = 4
             activations = x.flatten(1)  # held by this frame when it raises
             if x.shape[0] > limit:
                 raise RuntimeError(
-                    f"[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: you tried to allocate {activations.numel() * 4000} bytes."
+                    "[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate "
+                    f"memory: you tried to allocate {activations.numel() * 4000} bytes."
                 )
             return self.linear(activations)
 
@@ -321,3 +322,19 @@ def test_model_and_data_helpers_agree_on_shapes() -> None:
     data = build_data(DataConfig(kind="synthetic", image_size=5), 0)
     model = build_model(ModelConfig("cnn"), data.in_shape, data.num_classes)
     assert model(data.train[0][0].unsqueeze(0)).shape == (1, 10)
+
+
+def test_real_local_context_search_sets_batch_and_accumulation(
+    make_config: Callable[..., dict], tmp_path: Path
+) -> None:
+    from dvt_hpo.context import LocalContext
+
+    ctx = LocalContext(batch_size={"auto": True, "min": 8, "max": 32, "effective": 64})
+    config = make_config(
+        epochs=1,
+        data={"max_samples": 200},
+        checkpoint={"enable_checkpointing": True, "dir": str(tmp_path)},
+    )
+    run(config, ctx)
+    used = torch.load(tmp_path / "last.pt", weights_only=False)["config"]
+    assert (used["data"]["batch_size"], used["precision"]["accumulate_steps"]) == (32, 2)

@@ -1,0 +1,520 @@
+"""The ``dvt-hpo`` commands end to end: exit codes, messages, what is written and when.
+
+Commands run in-process through :func:`dvt_hpo.cli.main` where only their output matters, and
+as real ``python -m dvt_hpo`` subprocesses where the process itself is under test (exit codes
+of the interpreter, torch staying out of the orchestrator, training in a fresh process). Trials
+are always real subprocesses: the torch-free toy entry point, or the built-in trainer on digits.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import yaml
+
+from dvt_hpo.cli import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, main
+from dvt_hpo.space import get_path
+from dvt_hpo.spec import load_spec
+from tests.conftest import REPO_ROOT, toy_study
+
+QUICKSTART = REPO_ROOT / "studies" / "quickstart.yaml"
+# Two 1-epoch trials one after the other: the smallest real study of the built-in trainer.
+DIGITS_FAST = ("study.n_trials=2", "trainer.config.epochs=1", "trials.parallel=1")
+SUBPROCESS_TIMEOUT_S = 240
+TRIAL_LINE = re.compile(r"^trial +(\d+) (COMPLETE|PRUNED|FAIL) +(?:\w+=(\S+))?", re.MULTILINE)
+BEST_LINE = re.compile(r"^best trial (\d+): (\w+)=(\S+)", re.MULTILINE)
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    def trials(self) -> list[tuple[int, str, float | None]]:
+        """``(number, state, value)`` of every trial line, in order."""
+        return [
+            (int(n), state, float(value) if value else None)
+            for n, state, value in TRIAL_LINE.findall(self.out)
+        ]
+
+    def best(self) -> tuple[int, float]:
+        found = BEST_LINE.findall(self.out)
+        assert len(found) == 1, f"expected one 'best trial' line:\n{self.out}"
+        return int(found[0][0]), float(found[0][2])
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., Result]:
+    """``dvt-hpo ARGS`` in this process; paths in messages are relative to the study folder."""
+
+    def call(*argv: str | Path, cwd: Path | None = None) -> Result:
+        if cwd is not None:
+            monkeypatch.chdir(cwd)
+        capsys.readouterr()
+        code = main([str(a) for a in argv])
+        captured = capsys.readouterr()
+        return Result(code, captured.out, captured.err)
+
+    return call
+
+
+def run_cli(*argv: str | Path, cwd: Path) -> Result:
+    """``python -m dvt_hpo ARGS`` in a fresh interpreter."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "dvt_hpo", *(str(a) for a in argv)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=SUBPROCESS_TIMEOUT_S,
+    )
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+def listing(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*")}
+
+
+def stored_trials(study_file: Path, *overrides: str) -> list[optuna.trial.FrozenTrial]:
+    spec = load_spec(study_file, overrides)
+    study = optuna.load_study(study_name=spec.study.name, storage=spec.study.storage)
+    return study.get_trials(deepcopy=False)
+
+
+def curve_study(name: str, **sections: Any) -> dict[str, Any]:
+    """A toy study whose trial reports its sampled ``x`` as the score (``curve[0]``)."""
+    doc = toy_study(
+        name,
+        trainer={"entrypoint": "tests.entrypoints.toy:run", "config": {"curve": [0.0]}},
+        search_space=[{"name": "x", "path": "curve[0]", "kind": "float", "low": 0.0, "high": 1.0}],
+    )
+    for key, value in sections.items():
+        doc[key] = {**doc[key], **value} if isinstance(value, dict) else value
+    return doc
+
+
+# ---------------------------------------------------------------------------------------------
+# validate, and bad input before anything is written
+
+# Lines: 1 study, 2 name, 3 n_trials, 4 storage, 5 objective, 8 trainer, 9 entrypoint, 12 dim.
+TOY_TEXT = """\
+study:
+  name: bad
+  n_trials: 2
+  storage: sqlite:///bad.db
+objective:
+  metric: score
+  direction: maximize
+trainer:
+  entrypoint: tests.entrypoints.toy:run
+  config: {x: 0.5}
+search_space:
+  - {name: x, path: x, kind: float, low: 0.0, high: 1.0}
+"""
+# The built-in trainer's config has a schema, so a search path is checked against it (line 11).
+DIGITS_TEXT = """\
+study:
+  name: bad
+  storage: sqlite:///bad.db
+trainer:
+  config:
+    epochs: 1
+    model: {builder: cnn, kwargs: {width: 8}}
+    data: {kind: digits, batch_size: 32}
+    optim: {target: torch.optim.AdamW, optim_args: {lr: 0.001}}
+search_space:
+  - {name: lr, path: optim.optim_arg.lr, kind: float, low: 1.0e-4, high: 1.0e-1, log: true}
+"""
+
+
+@dataclass(frozen=True)
+class BadCase:
+    text: str
+    line: int
+    field: str
+    says: tuple[str, ...]
+    never_says: tuple[str, ...] = ()
+
+
+BAD_CASES = {
+    "misspelt key": BadCase(
+        TOY_TEXT.replace("n_trials: 2", "n_trails: 2"),
+        3,
+        "study.n_trails",
+        ("did you mean 'n_trials'",),
+    ),
+    "bad type": BadCase(
+        TOY_TEXT.replace("n_trials: 2", "n_trials: two"), 3, "study.n_trials", ("'two'",)
+    ),
+    "reversed bounds": BadCase(
+        TOY_TEXT.replace("low: 0.0, high: 1.0", "low: 1.0, high: 0.5"),
+        12,
+        "search_space[0]",
+        ("0.5",),
+    ),
+    "search path not in trainer config": BadCase(
+        DIGITS_TEXT, 11, "search_space[0].path", ("optim.optim_arg.lr", "did you mean 'optim_args'")
+    ),
+    "missing entry-point module": BadCase(
+        TOY_TEXT.replace("tests.entrypoints.toy:run", "no_such_pkg.trainer:run"),
+        9,
+        "trainer.entrypoint",
+        ("no_such_pkg",),
+    ),
+    "storage driver missing, password in URL": BadCase(
+        TOY_TEXT.replace("sqlite:///bad.db", "postgresql+pg8000://u:secret@db.invalid/hpo"),
+        4,
+        "study.storage",
+        ("pg8000", "pip install"),
+        never_says=("secret",),
+    ),
+}
+# Checked after the spec is loaded (cli._check_runnable), where the line is not known yet.
+LINE_UNKNOWN = {"missing entry-point module", "storage driver missing, password in URL"}
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+@pytest.mark.parametrize("case", list(BAD_CASES))
+def test_bad_study_exits_2_naming_the_field_and_writes_nothing(
+    cli: Callable[..., Result], tmp_path: Path, case: str, command: str
+) -> None:
+    bad = BAD_CASES[case]
+    (tmp_path / "study.yaml").write_text(bad.text)
+    before = listing(tmp_path)
+
+    result = cli(command, "study.yaml", cwd=tmp_path)
+
+    assert result.code == EXIT_BAD_INPUT, result
+    assert result.out == ""
+    message = result.err
+    assert message.startswith("error: ") and message.count("\n") == 1, message
+    assert "study.yaml" in message and f": {bad.field}" in message, message
+    for text in bad.says:
+        assert text in message
+    for text in bad.never_says:
+        assert text not in message
+    assert listing(tmp_path) == before, "bad input must be rejected before anything is written"
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(
+            name,
+            marks=pytest.mark.xfail(
+                strict=True, reason="cli._check_runnable raises without the line (see report)"
+            ),
+        )
+        if name in LINE_UNKNOWN
+        else name
+        for name in BAD_CASES
+    ],
+)
+def test_bad_study_message_names_file_line_and_field(
+    cli: Callable[..., Result], tmp_path: Path, case: str
+) -> None:
+    bad = BAD_CASES[case]
+    (tmp_path / "study.yaml").write_text(bad.text)
+
+    result = cli("validate", "study.yaml", cwd=tmp_path)
+
+    assert result.code == EXIT_BAD_INPUT
+    assert result.err.startswith(f"error: study.yaml:{bad.line}: {bad.field}"), result.err
+
+
+def test_validate_good_study_prints_one_summary_line(
+    write_study: Callable[..., Path], tmp_path: Path
+) -> None:
+    write_study(toy_study("good", study={"n_trials": 7}))
+    before = listing(tmp_path)
+
+    result = run_cli("validate", "study.yaml", cwd=tmp_path)
+
+    assert result.code == EXIT_OK, result.err
+    lines = result.out.splitlines()
+    assert len(lines) == 1, result.out
+    assert "ok" in lines[0] and "'good'" in lines[0] and "7 trials" in lines[0]
+    assert "maximize score" in lines[0] and "x" in lines[0]
+    assert listing(tmp_path) == before
+
+
+def test_validate_applies_overrides(
+    cli: Callable[..., Result], write_study: Callable[..., Path], tmp_path: Path
+) -> None:
+    write_study(toy_study("over", study={"n_trials": 7}))
+
+    result = cli(
+        "validate",
+        "study.yaml",
+        "--set",
+        "study.n_trials=1",
+        "--set",
+        "objective.direction=minimize",
+        cwd=tmp_path,
+    )
+
+    assert result.code == EXIT_OK, result.err
+    assert "1 trial" in result.out and "7 trials" not in result.out
+    assert "minimize score" in result.out
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+@pytest.mark.parametrize(
+    ("override", "names"),
+    [
+        ("study.n_trials", "PATH=VALUE"),  # no '='
+        ("study.n_trials=0", "study.n_trials"),  # bad value
+        ("study.n_trails=3", "did you mean 'n_trials'"),  # misspelt key
+        ("search_space[5].low=0", "out of range"),  # no such dimension
+    ],
+)
+def test_bad_override_exits_2_naming_set(
+    cli: Callable[..., Result],
+    write_study: Callable[..., Path],
+    tmp_path: Path,
+    command: str,
+    override: str,
+    names: str,
+) -> None:
+    write_study(toy_study("over"))
+    before = listing(tmp_path)
+
+    result = cli(command, "study.yaml", "--set", override, cwd=tmp_path)
+
+    assert result.code == EXIT_BAD_INPUT
+    assert result.err.startswith("error: <--set>"), result.err
+    assert names in result.err
+    assert listing(tmp_path) == before
+
+
+# ---------------------------------------------------------------------------------------------
+# run: trials, resume, budget, space changes
+
+
+def test_run_resume_extend_and_best(
+    cli: Callable[..., Result], write_study: Callable[..., Path], tmp_path: Path
+) -> None:
+    path = write_study(curve_study("resume"))
+
+    first = cli("run", path)
+    assert first.code == EXIT_OK, first.err
+    trials = first.trials()
+    assert [(n, s) for n, s, _ in trials] == [(0, "COMPLETE"), (1, "COMPLETE")], first.out
+    best_number, best_value = max(((n, v) for n, _, v in trials), key=lambda nv: nv[1] or 0.0)
+    assert first.best() == (best_number, pytest.approx(best_value, abs=1e-4))
+    assert first.out.rstrip().splitlines()[-1].startswith("best trial")
+
+    again = cli("run", path)
+    assert again.code == EXIT_OK, again.err
+    assert again.trials() == [], "a finished study runs no trial when rerun"
+    assert "nothing to run" in again.out
+    assert again.best() == first.best()
+
+    more = cli("run", path, "--set", "study.n_trials=3")
+    assert more.code == EXIT_OK, more.err
+    assert [n for n, _, _ in more.trials()] == [2]
+
+    stored = stored_trials(path)
+    assert [t.state.name for t in stored] == ["COMPLETE"] * 3
+    # The trial reported its own sample: the value is the param that the runner wrote.
+    assert all(t.value == pytest.approx(t.params["x"]) for t in stored)
+    best_trial = max(stored, key=lambda t: t.value or 0.0)
+
+    shown = cli("best", path)
+    assert shown.code == EXIT_OK, shown.err
+    assert shown.best() == (best_trial.number, pytest.approx(best_trial.value, rel=1e-5))
+    assert f"x: {best_trial.params['x']}" in shown.out
+
+
+def test_run_applies_overrides_to_study_and_trainer_config(
+    cli: Callable[..., Result], write_study: Callable[..., Path]
+) -> None:
+    # Without a dimension on it, curve[1] is a plain config value the override replaces.
+    doc = curve_study("setrun", objective={"reduce": "last"})
+    doc["trainer"]["config"]["curve"] = [0.0, 0.9]
+    path = write_study(doc)
+
+    result = cli("run", path, "--set", "study.n_trials=1", "--set", "trainer.config.curve=[0.5, 0.25]")
+
+    assert result.code == EXIT_OK, result.err
+    assert result.trials() == [(0, "COMPLETE", pytest.approx(0.25))]
+    assert [t.value for t in stored_trials(path)] == [pytest.approx(0.25)]
+
+
+def test_space_change_is_refused_unless_allowed(
+    cli: Callable[..., Result], write_study: Callable[..., Path]
+) -> None:
+    path = write_study(curve_study("space", study={"n_trials": 1}))
+    assert cli("run", path).code == EXIT_OK
+
+    changed = curve_study("space", study={"n_trials": 2})
+    changed["search_space"][0]["high"] = 2.0
+    changed["search_space"].append({"name": "y", "path": "y", "kind": "int", "low": 1, "high": 3})
+    write_study(changed)
+
+    refused = cli("run", path)
+    assert refused.code == EXIT_BAD_INPUT
+    assert "search_space" in refused.err
+    assert "x: high" in refused.err and "y: added" in refused.err, refused.err
+    assert "--allow-space-change" in refused.err
+    assert refused.trials() == []
+    assert len(stored_trials(path)) == 1
+
+    allowed = cli("run", path, "--allow-space-change")
+    assert allowed.code == EXIT_OK, allowed.err
+    assert "search space changed" in allowed.out
+    assert [n for n, _, _ in allowed.trials()] == [1]
+    assert set(stored_trials(path)[1].params) == {"x", "y"}
+
+
+def test_trial_without_the_objective_metric_fails_listing_what_it_reported(
+    cli: Callable[..., Result], write_study: Callable[..., Path]
+) -> None:
+    doc = toy_study("nometric", study={"n_trials": 1})
+    doc["trainer"]["config"] = {"metric": "accuracy", "curve": [0.5, 0.6]}
+    path = write_study(doc)
+
+    result = cli("run", path)
+
+    assert result.code == EXIT_OK, result.err
+    assert [(n, s) for n, s, _ in result.trials()] == [(0, "FAIL")], result.out
+    (trial,) = stored_trials(path)
+    assert trial.state.name == "FAIL"
+    reason = trial.user_attrs["reason"]
+    assert "objective.metric 'score'" in reason and "'accuracy'" in reason, reason
+    assert reason in result.out
+
+
+def test_max_failures_stops_the_study_with_exit_1(
+    write_study: Callable[..., Path], tmp_path: Path
+) -> None:
+    doc = toy_study("failing", study={"n_trials": 5, "max_failures": 2})
+    doc["trainer"]["config"] = {"actions": [{"do": "raise", "type": "ValueError", "message": "boom 42"}]}
+    path = write_study(doc)
+
+    result = run_cli("run", "study.yaml", cwd=tmp_path)
+
+    assert result.code == EXIT_FAILURE, result.out + result.err
+    assert "study.max_failures=2" in result.err and "ValueError: boom 42" in result.err, result.err
+    assert [(n, s) for n, s, _ in result.trials()] == [(0, "FAIL"), (1, "FAIL")], result.out
+    assert [t.state.name for t in stored_trials(path)] == ["FAIL", "FAIL"]
+
+
+# ---------------------------------------------------------------------------------------------
+# best
+
+
+def test_best_before_any_run_exits_1_and_creates_nothing(
+    cli: Callable[..., Result], write_study: Callable[..., Path], tmp_path: Path
+) -> None:
+    write_study(toy_study("never-ran"))
+    before = listing(tmp_path)
+
+    result = cli("best", "study.yaml", cwd=tmp_path)
+
+    assert result.code == EXIT_FAILURE
+    assert "no study yet" in result.err and "dvt-hpo run" in result.err, result.err
+    assert listing(tmp_path) == before
+
+
+# ---------------------------------------------------------------------------------------------
+# Python API and the built-in trainer (the two digits runs of this file)
+
+RUN_STUDIES = textwrap.dedent(
+    """\
+    import json, sys
+    import dvt_hpo
+
+    lines = []
+    toy = dvt_hpo.run_study(sys.argv[1], out=lines.append)
+    digits = dvt_hpo.run_study(sys.argv[2], sys.argv[3:], out=lines.append)
+    print(json.dumps({
+        "toy": [[t.number, t.state.name, t.value] for t in toy.trials],
+        "digits": [[t.number, t.state.name, t.value] for t in digits.trials],
+        "study_type": type(digits).__module__ + "." + type(digits).__name__,
+        "lines": lines,
+        "torch_modules": sorted(m for m in sys.modules if m.split(".")[0] == "torch"),
+    }))
+    assert "torch" not in sys.modules, "the orchestrator imported torch"
+    """
+)
+
+
+@dataclass
+class RanStudies:
+    proc: subprocess.CompletedProcess[str]
+    report: dict[str, Any]
+    digits_file: Path
+
+
+@pytest.fixture(scope="module")
+def ran_studies(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RanStudies]:
+    """A toy study and a 2-trial digits study run through ``dvt_hpo.run_study`` in one fresh
+    interpreter, which reports whether torch got into it."""
+    toy_dir = tmp_path_factory.mktemp("toy")
+    toy_file = toy_dir / "study.yaml"
+    toy_file.write_text(yaml.safe_dump(toy_study("api-toy"), sort_keys=False))
+    digits_dir = tmp_path_factory.mktemp("digits")
+    digits_file = digits_dir / "quickstart.yaml"
+    shutil.copy(QUICKSTART, digits_file)
+    proc = subprocess.run(
+        [sys.executable, "-c", RUN_STUDIES, str(toy_file), str(digits_file), *DIGITS_FAST],
+        cwd=toy_dir,
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT_S,
+    )
+    last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "{}"
+    yield RanStudies(proc, json.loads(last) if last.startswith("{") else {}, digits_file)
+
+
+def test_run_study_returns_the_study_and_never_imports_torch(ran_studies: RanStudies) -> None:
+    proc, report = ran_studies.proc, ran_studies.report
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert report["torch_modules"] == []
+    assert report["study_type"] == "optuna.study.study.Study"
+    assert [(n, s) for n, s, _ in report["toy"]] == [(0, "COMPLETE"), (1, "COMPLETE")]
+    assert [(n, s) for n, s, _ in report["digits"]] == [(0, "COMPLETE"), (1, "COMPLETE")]
+    assert all(0.0 <= value <= 1.0 for _, _, value in report["digits"])  # macro-F1
+    assert sum(line.startswith("best trial") for line in report["lines"]) == 2
+
+
+def test_best_export_then_train_round_trip(
+    ran_studies: RanStudies, cli: Callable[..., Result], tmp_path: Path
+) -> None:
+    assert ran_studies.proc.returncode == 0, ran_studies.proc.stderr
+    study_file = ran_studies.digits_file
+    exported = tmp_path / "best.yaml"
+
+    shown = cli("best", study_file, *(a for o in DIGITS_FAST for a in ("--set", o)), "--export", exported)
+
+    assert shown.code == EXIT_OK, shown.err
+    spec = load_spec(study_file, DIGITS_FAST)
+    best = optuna.load_study(study_name=spec.study.name, storage=spec.study.storage).best_trial
+    assert shown.best() == (best.number, pytest.approx(best.value, rel=1e-5))
+    assert f"wrote {exported}" in shown.out
+    config = yaml.safe_load(exported.read_text())
+    assert {d.name: get_path(config, d.path) for d in spec.search_space} == best.params
+    assert config["checkpoint"]["enable_checkpointing"] is True
+    assert config["epochs"] == 1
+
+    output_dir = tmp_path / "train-out"
+    trained = run_cli(
+        "train", exported, "--set", "epochs=1", "--set", f"output_dir={output_dir}", cwd=tmp_path
+    )
+
+    assert trained.code == EXIT_OK, trained.err
+    assert re.search(r"^epoch 0: .*macro_f1=", trained.out, re.MULTILINE), trained.out
+    assert (output_dir / "checkpoints" / "last.pt").is_file()

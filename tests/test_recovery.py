@@ -1,0 +1,299 @@
+"""Crash recovery and interruption of a real ``dvt-hpo run`` process: kill -9, Ctrl-C, SIGTERM.
+
+The orchestrator runs as a subprocess (``python -m dvt_hpo run``) on the toy entry point. The
+toy's first two actions make a trial observable and blockable without sleeping: it *writes* to a
+FIFO (blocks until the test opens it for reading: when the test has read the text, the trial is
+running), then *reads* the same FIFO (blocks until the test opens it for writing). Removing the
+FIFO turns both actions into plain file I/O, so the same study then runs to the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+
+from dvt_hpo import launch
+from dvt_hpo.spec import load_spec
+from tests.conftest import REPO_ROOT, TOY_ENTRYPOINT, toy_study
+
+# Every wait on the orchestrator or a trial is bounded by this (a hang fails, never blocks).
+EVENT_TIMEOUT_S = 30.0
+RUNNING_TEXT = "running"
+
+
+# -- the FIFO handshake -------------------------------------------------------------------
+
+
+def _open_fifo(path: Path, flags: int, timeout_s: float) -> int:
+    """Open one end of a FIFO (which blocks until the other end is opened), within timeout_s."""
+    opened: list[int] = []
+    opener = threading.Thread(target=lambda: opened.append(os.open(path, flags)), daemon=True)
+    opener.start()
+    opener.join(timeout_s)
+    if opener.is_alive():
+        # Free the opener thread by opening the other end ourselves (non-blocking succeeds
+        # because the opener already counts as a reader or writer), then give up.
+        other = os.O_WRONLY if (flags & os.O_ACCMODE) == os.O_RDONLY else os.O_RDONLY
+        fd = os.open(path, other | os.O_NONBLOCK)
+        opener.join()
+        os.close(fd)
+        os.close(opened[0])
+        raise TimeoutError(f"nobody opened the other end of {path} within {timeout_s} s")
+    return opened[0]
+
+
+def wait_trial_running(fifo: Path, timeout_s: float = EVENT_TIMEOUT_S) -> None:
+    """Return once a trial wrote to ``fifo``: it is running, and next blocks reading it."""
+    with os.fdopen(_open_fifo(fifo, os.O_RDONLY, timeout_s), "rb") as f:
+        text = f.read()  # until the toy closes its end
+    assert text == RUNNING_TEXT.encode(), text
+
+
+def release_trial(fifo: Path, timeout_s: float = EVENT_TIMEOUT_S) -> None:
+    """Let the trial blocked reading ``fifo`` go on: it reads end-of-file, then its curve."""
+    os.close(_open_fifo(fifo, os.O_WRONLY, timeout_s))
+
+
+def fifo_study(name: str, fifo: Path, **sections: Any) -> dict[str, Any]:
+    config = {
+        "curve": [0.1, 0.2, 0.3],
+        "actions": [
+            {"do": "write", "path": str(fifo), "text": RUNNING_TEXT},
+            {"do": "read", "path": str(fifo)},
+            {"do": "curve"},
+        ],
+    }
+    study = {"heartbeat_interval_s": 1, "grace_period_s": 2, **sections.pop("study", {})}
+    return toy_study(
+        name,
+        study=study,
+        trainer={"entrypoint": TOY_ENTRYPOINT, "config": config},
+        **sections,
+    )
+
+
+# -- processes ----------------------------------------------------------------------------
+
+
+def processes_mentioning(marker: Path) -> list[int]:
+    """Live (not zombie) processes whose command line contains ``marker``: trial processes
+    carry their payload path (under the study's runs folder) on theirs, torchrun ranks too."""
+    needle = os.fsencode(marker)
+    found: list[int] = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            cmdline = Path("/proc", name, "cmdline").read_bytes()
+        except OSError:
+            continue  # it exited while we looked
+        if needle in cmdline and launch.pid_alive(int(name)):
+            found.append(int(name))
+    return found
+
+
+@dataclass
+class Orchestrator:
+    """One ``dvt-hpo run`` subprocess, in a session of its own (like a shell's foreground job)."""
+
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def finish(self, timeout_s: float = EVENT_TIMEOUT_S) -> tuple[int, str]:
+        try:
+            code = self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"dvt-hpo run did not finish within {timeout_s} s; output:\n{self.output()}"
+            ) from None
+        return code, self.output()
+
+
+@pytest.fixture
+def runs_dir(tmp_path: Path) -> Path:
+    # The spec resolves the runs folder; trial command lines show the resolved path.
+    return tmp_path.resolve() / "runs"
+
+
+@pytest.fixture
+def orchestrator(tmp_path: Path, runs_dir: Path) -> Iterator[Callable[[Path], Orchestrator]]:
+    """Start ``python -m dvt_hpo run STUDY``; whatever is left is killed at teardown."""
+    started: list[Orchestrator] = []
+
+    def start(study: Path) -> Orchestrator:
+        log = tmp_path / f"orchestrator-{len(started)}.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "dvt_hpo", "run", str(study)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=REPO_ROOT,
+                start_new_session=True,
+            )
+        started.append(Orchestrator(proc, log))
+        return started[-1]
+
+    try:
+        yield start
+    finally:
+        for run in started:
+            if run.proc.poll() is None:
+                run.proc.kill()
+            run.proc.wait(timeout=EVENT_TIMEOUT_S)
+        leftovers = processes_mentioning(runs_dir)
+        for pid in leftovers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        launch.wait_gone(leftovers, EVENT_TIMEOUT_S)
+
+
+def load_trials(study: Path) -> list[optuna.trial.FrozenTrial]:
+    spec = load_spec(study)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    loaded = optuna.load_study(study_name=spec.study.name, storage=spec.study.storage)
+    return sorted(loaded.get_trials(deepcopy=False), key=lambda t: t.number)
+
+
+def states(trials: list[optuna.trial.FrozenTrial]) -> list[tuple[int, str]]:
+    return [(t.number, t.state.name) for t in trials]
+
+
+def snapshot(trial: optuna.trial.FrozenTrial) -> tuple[Any, ...]:
+    return (
+        trial.state.name,
+        trial.value,
+        trial.params,
+        trial.datetime_start,
+        trial.datetime_complete,
+    )
+
+
+# -- tests --------------------------------------------------------------------------------
+
+
+def test_kill_9_of_the_orchestrator_leaves_no_orphan_and_the_rerun_retries_the_trial(
+    tmp_path: Path,
+    write_study: Callable[..., Path],
+    orchestrator: Callable[[Path], Orchestrator],
+    runs_dir: Path,
+    unique_name: str,
+) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    study = write_study(fifo_study(unique_name, fifo, study={"n_trials": 2}))
+
+    first = orchestrator(study)
+    wait_trial_running(fifo)
+    trial_pids = processes_mentioning(runs_dir)
+    assert trial_pids, "the running trial's process is not visible in /proc"
+    first.proc.kill()
+    assert first.proc.wait(timeout=EVENT_TIMEOUT_S) == -signal.SIGKILL
+    # The trial's watchdog (control socket EOF) and PR_SET_PDEATHSIG end it: no orphan.
+    assert launch.wait_gone(trial_pids, 10), f"orphaned trial processes: {trial_pids}"
+    assert processes_mentioning(runs_dir) == []
+    before = load_trials(study)
+    assert states(before) == [(0, "RUNNING")]
+    original_params = before[0].params
+
+    fifo.unlink()  # the toy's write/read now go through a plain file: every trial finishes
+    code, out = orchestrator(study).finish()
+    assert code == 0, out
+    trials = load_trials(study)
+    assert trials[0].state.name == "FAIL", states(trials)  # stale heartbeat
+    retries = [t for t in trials if t.system_attrs.get("failed_trial") == 0]
+    assert len(retries) == 1, states(trials)
+    retry = retries[0]
+    assert retry.state.name == "COMPLETE" and retry.value == pytest.approx(0.3)
+    assert retry.params == original_params
+    assert retry.system_attrs["retry_history"] == [0]
+    assert retry.user_attrs.get("retry_of") == 0
+    # The budget: exactly n_trials trials count; the superseded FAIL does not.
+    assert sorted(t.state.name for t in trials) == ["COMPLETE", "COMPLETE", "FAIL"]
+    assert processes_mentioning(runs_dir) == []
+
+    code, out = orchestrator(study).finish()
+    assert code == 0, out
+    assert "nothing to run" in out
+    assert [snapshot(t) for t in load_trials(study)] == [snapshot(t) for t in trials]
+
+
+def test_ctrl_c_records_the_running_trial_as_interrupted_and_the_rerun_runs_its_copy(
+    tmp_path: Path,
+    write_study: Callable[..., Path],
+    orchestrator: Callable[[Path], Orchestrator],
+    runs_dir: Path,
+    unique_name: str,
+) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    study = write_study(fifo_study(unique_name, fifo, study={"n_trials": 3}))
+
+    run = orchestrator(study)
+    wait_trial_running(fifo)
+    release_trial(fifo)  # trial 0 completes
+    wait_trial_running(fifo)  # trial 1 runs
+    assert processes_mentioning(runs_dir), "the running trial's process is not visible in /proc"
+    # A terminal's Ctrl-C signals the whole foreground process group; trials run in sessions
+    # of their own, so only the orchestrator gets it and it stops them itself.
+    os.killpg(run.proc.pid, signal.SIGINT)
+    code, out = run.finish()
+    assert code == 130, out
+    assert "interrupted" in out
+    # The orchestrator waited until the trial's processes were gone before it exited.
+    assert processes_mentioning(runs_dir) == []
+
+    trials = load_trials(study)
+    assert states(trials) == [(0, "COMPLETE"), (1, "FAIL"), (2, "WAITING")]
+    interrupted, copy = trials[1], trials[2]
+    assert interrupted.user_attrs["status"] == "interrupted"
+    assert copy.params == interrupted.params
+    assert copy.system_attrs["failed_trial"] == 1
+    completed_before = snapshot(trials[0])
+
+    fifo.unlink()
+    code, out = orchestrator(study).finish()
+    assert code == 0, out
+    trials = load_trials(study)
+    assert states(trials) == [(0, "COMPLETE"), (1, "FAIL"), (2, "COMPLETE"), (3, "COMPLETE")]
+    assert trials[2].params == interrupted.params
+    assert trials[2].user_attrs["status"] == "ok"
+    assert snapshot(trials[0]) == completed_before
+
+
+def test_sigterm_to_the_orchestrator_is_an_interruption(
+    tmp_path: Path,
+    write_study: Callable[..., Path],
+    orchestrator: Callable[[Path], Orchestrator],
+    runs_dir: Path,
+    unique_name: str,
+) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    study = write_study(fifo_study(unique_name, fifo, study={"n_trials": 1}))
+
+    run = orchestrator(study)
+    wait_trial_running(fifo)
+    run.proc.terminate()  # `kill PID`, a container stop, a batch scheduler's preemption
+    code, out = run.finish()
+    assert code == 130, out
+    assert processes_mentioning(runs_dir) == []
+    trials = load_trials(study)
+    assert states(trials) == [(0, "FAIL"), (1, "WAITING")]
+    assert trials[0].user_attrs["status"] == "interrupted"
+    assert trials[1].params == trials[0].params
+    assert trials[1].system_attrs["failed_trial"] == 0
