@@ -787,9 +787,16 @@ class StudyRunner:
     def print_summary(self) -> None:
         trials = self.study.get_trials(deepcopy=False)
         counts: dict[str, int] = {}
+        counted = {t.number for t in _counted(trials)}
         for t in trials:
-            counts[t.state.name] = counts.get(t.state.name, 0) + 1
-        summary = ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items()))
+            if t.system_attrs.get(_OVER_BUDGET_ATTR):
+                state = "over budget (not counted)"
+            elif t.number not in counted:
+                state = "failed and retried"
+            else:
+                state = t.state.name.lower()
+            counts[state] = counts.get(state, 0) + 1
+        summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
         self.out(f"trials: {summary or 'none'}")
         complete = [t for t in trials if t.state.name == "COMPLETE"]
         if complete:

@@ -94,6 +94,11 @@ def toy_study(name: str, **sections: Any) -> dict[str, Any]:
         "trainer": {"entrypoint": TOY_ENTRYPOINT, "config": {"curve": [0.1, 0.2, 0.3]}},
         "search_space": [{"name": "x", "path": "x", "kind": "float", "low": 0.0, "high": 1.0}],
     }
+    return merge_sections(doc, sections)
+
+
+def merge_sections(doc: dict[str, Any], sections: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` with each section of ``sections`` merged in (mappings) or replaced (others)."""
     for key, value in sections.items():
         if isinstance(value, dict) and isinstance(doc.get(key), dict):
             doc[key] = {**doc[key], **value}

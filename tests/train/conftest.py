@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from dvt_hpo.exceptions import TrialPruned
+from tests.conftest import merge_sections
 
 
 @dataclass(frozen=True)
@@ -79,12 +80,7 @@ def small_config(**sections: Any) -> dict[str, Any]:
         "checkpoint": {"enable_checkpointing": False},
         "devices": {"device": "cpu"},
     }
-    for key, value in sections.items():
-        if isinstance(value, dict) and isinstance(doc.get(key), dict):
-            doc[key] = {**doc[key], **value}
-        else:
-            doc[key] = value
-    return doc
+    return merge_sections(doc, sections)
 
 
 @pytest.fixture

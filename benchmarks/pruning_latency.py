@@ -1,0 +1,257 @@
+"""Pruning latency of a real study: how fast a report gets its decision, and how fast a pruned
+trial's processes are gone.
+
+    python benchmarks/pruning_latency.py                 # SQLite, then PostgreSQL if reachable
+    python benchmarks/pruning_latency.py --trials 40 --steps 30 --parallel 2
+    python benchmarks/pruning_latency.py --postgres postgresql://user@host/db
+    python benchmarks/pruning_latency.py --no-postgres
+
+A study runs through :class:`dvt_hpo.runner.StudyRunner` (the same code as ``dvt-hpo run``),
+one ``python -m dvt_hpo.worker`` process per trial, on ``benchmarks/latency_entrypoint.py``:
+each trial reports ``--steps`` values of a curve that rises with its sampled ``x``, and a median
+pruner prunes the weaker ones. Measured:
+
+- **report -> decision, trial side**: from the trial's ``ctx.report`` call to its receipt of the
+  decision (JSON over the AF_UNIX control socket, the orchestrator's handling, the reply).
+- **decision, orchestrator**: ``TrialRun.decision_times``, from the report's arrival to the
+  decision, i.e. Optuna's ``trial.report`` + ``should_prune`` on the storage.
+- **decision -> exited**: from the orchestrator's prune decision until every process that said
+  hello has exited, watched from outside through pidfds (``launch.wait_gone``).
+- **decision -> gone**: until ``TrialProcess`` saw the whole process group gone (its
+  ``gone_s``: after the leader exited and the rest of its group was killed and awaited).
+
+Goals: report -> decision under 50 ms (p95, trial side); decision -> gone under 1 s (max).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO_ROOT = HERE.parent
+try:
+    import dvt_hpo  # noqa: F401
+except ImportError:  # run from a checkout without installing the package
+    sys.path.insert(0, str(REPO_ROOT))
+
+import yaml  # noqa: E402
+
+from dvt_hpo import launch, runner  # noqa: E402
+from dvt_hpo.spec import load_spec  # noqa: E402
+from dvt_hpo.storage import redact_url  # noqa: E402
+
+DEFAULT_POSTGRES = os.environ.get(
+    "DVT_HPO_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
+)
+REPORT_GOAL_S = 0.050
+GONE_GOAL_S = 1.0
+
+
+class TimedTrialRun(runner.TrialRun):
+    """A TrialRun that also notes the ranks' pids, the moment it decided to prune, and when
+    those pids had all exited (watched from outside, through pidfds)."""
+
+    instances: list[TimedTrialRun] = []
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.pids: list[int] = []
+        self.prune_decided_s: float | None = None
+        self.exited_outside_s: float | None = None
+        TimedTrialRun.instances.append(self)
+
+    def on_hello(self, rank: int, pid: int, host: str) -> None:
+        self.pids.append(pid)
+        super().on_hello(rank, pid, host)
+
+    def on_report(self, step: int, metrics: dict[str, float]) -> bool:
+        prune = super().on_report(step, metrics)
+        if prune and self.prune_decided_s is None:
+            self.prune_decided_s = time.perf_counter()
+            threading.Thread(target=self._watch_exit, daemon=True).start()
+        return prune
+
+    def _watch_exit(self) -> None:
+        if launch.wait_gone(list(self.pids), 30.0):
+            self.exited_outside_s = time.perf_counter()
+
+
+@dataclass
+class Measured:
+    storage: str
+    trials: int = 0
+    pruned: int = 0
+    round_trip_s: list[float] = field(default_factory=list)
+    decision_s: list[float] = field(default_factory=list)
+    to_exited_s: list[float] = field(default_factory=list)
+    to_gone_s: list[float] = field(default_factory=list)
+    wall_s: float = 0.0
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100)."""
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+def study_doc(args: argparse.Namespace, name: str, storage: str) -> dict[str, Any]:
+    return {
+        "study": {
+            "name": name,
+            "storage": storage,
+            "n_trials": args.trials,
+            "sampler": {"kind": "random", "seed": 0},
+            "pruner": {"kind": "median", "n_startup_trials": 3, "n_warmup_steps": 3},
+        },
+        "objective": {"metric": "score", "direction": "maximize", "reduce": "last"},
+        "trials": {
+            "launcher": "process",
+            "parallel": args.parallel,
+            "devices": "cpu",
+            "timeout_s": 300,
+            "stop_grace_s": 5,
+        },
+        "trainer": {
+            "entrypoint": "latency_entrypoint:run",
+            "config": {"steps": args.steps, "step_s": args.step_s},
+        },
+        "search_space": [{"name": "x", "path": "x", "kind": "float", "low": 0.1, "high": 1.0}],
+    }
+
+
+def run_one(args: argparse.Namespace, storage: str, label: str, folder: Path) -> Measured:
+    name = f"latency-{label}-{uuid.uuid4().hex[:8]}"
+    path = folder / f"{label}.yaml"
+    path.write_text(yaml.safe_dump(study_doc(args, name, storage), sort_keys=False))
+    spec = load_spec(path)
+    lines: list[str] = []
+    TimedTrialRun.instances = []
+    original = runner.TrialRun
+    runner.TrialRun = TimedTrialRun  # type: ignore[misc]  # StudyRunner._launch builds these
+    began = time.perf_counter()
+    try:
+        study_runner = runner.StudyRunner(spec, out=lines.append if not args.verbose else None)
+        study_runner.run()
+    finally:
+        runner.TrialRun = original  # type: ignore[misc]
+    measured = Measured(storage=redact_url(storage), wall_s=time.perf_counter() - began)
+    for run in TimedTrialRun.instances:
+        measured.trials += 1
+        measured.decision_s.extend(run.decision_times)
+        latency = json.loads((run.trial_dir / "latency.json").read_text())
+        measured.round_trip_s.extend(latency["round_trip_s"])
+        if run.pruned_step is None or run.prune_decided_s is None:
+            continue
+        measured.pruned += 1
+        if run.exited_outside_s is not None:
+            measured.to_exited_s.append(run.exited_outside_s - run.prune_decided_s)
+        if run.process is not None and run.process.gone_s is not None:
+            measured.to_gone_s.append(run.process.gone_s - run.prune_decided_s)
+    if not storage.startswith("sqlite"):
+        import optuna
+
+        optuna.delete_study(study_name=name, storage=storage)  # leave the shared server clean
+    return measured
+
+
+def postgres_reachable(url: str) -> str | None:
+    """None when the server answers, else why not."""
+    try:
+        import sqlalchemy
+
+        engine = sqlalchemy.create_engine(url, connect_args={"connect_timeout": 3})
+        with engine.connect() as conn:
+            conn.execute(sqlalchemy.text("SELECT 1"))
+        engine.dispose()
+    except Exception as exc:  # noqa: BLE001 - any failure means "not reachable"
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return None
+
+
+def cell_ms(values: Sequence[float]) -> str:
+    if not values:
+        return "-"
+    return (
+        f"{statistics.median(values) * 1e3:.1f} / {percentile(values, 95) * 1e3:.1f} / "
+        f"{max(values) * 1e3:.1f}"
+    )
+
+
+def print_table(args: argparse.Namespace, rows: list[Measured]) -> None:
+    print(
+        f"\nPruning latency: {args.trials} trials x {args.steps} reports, launcher process, "
+        f"parallel {args.parallel}, {args.step_s:g} s between reports, median pruner "
+        f"(n_startup_trials=3, n_warmup_steps=3); {os.cpu_count()} CPUs.\n"
+        "Cells: median / p95 / max in ms.\n"
+    )
+    header = (
+        f"{'storage':<12} | {'trials':>6} | {'pruned':>6} | {'reports':>7} | "
+        f"{'report->decision (trial)':>24} | {'decision (orchestrator)':>23} | "
+        f"{'decision->exited':>20} | {'decision->gone':>20} | {'wall s':>6}"
+    )
+    print(header)
+    print("-" * len(header))
+    for m in rows:
+        print(
+            f"{m.storage.split(':', 1)[0]:<12} | {m.trials:>6} | {m.pruned:>6} | "
+            f"{len(m.round_trip_s):>7} | {cell_ms(m.round_trip_s):>24} | "
+            f"{cell_ms(m.decision_s):>23} | {cell_ms(m.to_exited_s):>20} | "
+            f"{cell_ms(m.to_gone_s):>20} | {m.wall_s:>6.1f}"
+        )
+    print("\nGoals:")
+    for m in rows:
+        kind = m.storage.split(":", 1)[0]
+        p95 = percentile(m.round_trip_s, 95) if m.round_trip_s else float("inf")
+        worst = max(m.to_gone_s) if m.to_gone_s else float("inf")
+        print(
+            f"  {kind:<11} report->decision p95 {p95 * 1e3:.1f} ms "
+            f"(< {REPORT_GOAL_S * 1e3:.0f} ms: {'met' if p95 < REPORT_GOAL_S else 'MISSED'}); "
+            f"decision->gone max {worst * 1e3:.0f} ms "
+            f"(< {GONE_GOAL_S:g} s: {'met' if worst < GONE_GOAL_S else 'MISSED'})"
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trials", type=int, default=20, help="trials per storage (20)")
+    parser.add_argument("--steps", type=int, default=30, help="reports per trial (30)")
+    parser.add_argument("--step-s", type=float, default=0.0, help="seconds between reports (0)")
+    parser.add_argument("--parallel", type=int, default=1, help="trials at once (1)")
+    parser.add_argument("--postgres", default=DEFAULT_POSTGRES, help="PostgreSQL URL to try")
+    parser.add_argument("--no-postgres", action="store_true", help="SQLite only")
+    parser.add_argument("--verbose", action="store_true", help="print the runner's lines")
+    args = parser.parse_args(argv)
+
+    # Trials import the entry point from here (the study file lives in a temporary folder).
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(HERE), str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
+    rows: list[Measured] = []
+    with tempfile.TemporaryDirectory(prefix="dvt-hpo-latency-") as tmp:
+        folder = Path(tmp)
+        rows.append(run_one(args, "sqlite:///latency.db", "sqlite", folder))
+        if not args.no_postgres:
+            why = postgres_reachable(args.postgres)
+            if why is None:
+                rows.append(run_one(args, args.postgres, "postgresql", folder))
+            else:
+                print(f"PostgreSQL skipped: {redact_url(args.postgres)} not reachable ({why})")
+    print_table(args, rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
