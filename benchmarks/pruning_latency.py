@@ -214,14 +214,21 @@ def print_table(args: argparse.Namespace, rows: list[Measured]) -> None:
     print("\nGoals:")
     for m in rows:
         kind = m.storage.split(":", 1)[0]
-        p95 = percentile(m.round_trip_s, 95) if m.round_trip_s else float("inf")
-        worst = max(m.to_gone_s) if m.to_gone_s else float("inf")
-        print(
-            f"  {kind:<11} report->decision p95 {p95 * 1e3:.1f} ms "
-            f"(< {REPORT_GOAL_S * 1e3:.0f} ms: {'met' if p95 < REPORT_GOAL_S else 'MISSED'}); "
-            f"decision->gone max {worst * 1e3:.0f} ms "
-            f"(< {GONE_GOAL_S:g} s: {'met' if worst < GONE_GOAL_S else 'MISSED'})"
-        )
+        report = "no report"
+        if m.round_trip_s:
+            p95 = percentile(m.round_trip_s, 95)
+            report = (
+                f"report->decision p95 {p95 * 1e3:.1f} ms (< {REPORT_GOAL_S * 1e3:.0f} ms: "
+                f"{'met' if p95 < REPORT_GOAL_S else 'MISSED'})"
+            )
+        gone = "no trial was pruned (more --trials or --steps)"
+        if m.to_gone_s:
+            worst = max(m.to_gone_s)
+            gone = (
+                f"decision->gone max {worst * 1e3:.0f} ms (< {GONE_GOAL_S:g} s: "
+                f"{'met' if worst < GONE_GOAL_S else 'MISSED'})"
+            )
+        print(f"  {kind:<11} {report}; {gone}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

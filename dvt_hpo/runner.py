@@ -653,7 +653,7 @@ class StudyRunner:
         failures = 0
         launching = True
         stop_message: str | None = None
-        previous_handler = _install_sigterm_as_interrupt()
+        previous_handlers = _install_stop_signals()
         try:
             while True:
                 if launching and deadline is not None and time.monotonic() >= deadline:
@@ -697,7 +697,8 @@ class StudyRunner:
             self._interrupt()
             raise
         finally:
-            signal.signal(signal.SIGTERM, previous_handler)
+            for signum, handler in previous_handlers.items():
+                signal.signal(signum, handler)
             self._stop_heartbeat.set()
         self.print_summary()
         if stop_message is not None:
@@ -763,15 +764,12 @@ class StudyRunner:
         self.out(f"interrupted: stopping {len(self.running)} running trial(s)")
         for run in self.running.values():
             run.interrupt()
-        # Second Ctrl-C while waiting is ignored: the trials are being recorded for a retry.
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        try:
-            while self.running:
-                outcome = self.events.get()
-                self.running.pop(outcome.number, None)
-                self._record(outcome)
-        finally:
-            signal.signal(signal.SIGINT, previous)
+        # Later signals are ignored (_install_stop_signals): the trials are being recorded for
+        # a retry.
+        while self.running:
+            outcome = self.events.get()
+            self.running.pop(outcome.number, None)
+            self._record(outcome)
 
     def _record(self, outcome: TrialOutcome) -> None:
         self.outcomes.append(outcome)
@@ -844,13 +842,19 @@ def _child_env(spec: StudySpec) -> dict[str, str]:
     return env
 
 
-def _install_sigterm_as_interrupt() -> Any:
+def _install_stop_signals() -> dict[int, Any]:
+    """Make the first SIGINT or SIGTERM raise KeyboardInterrupt and ignore any later one, so
+    that the trials being stopped are recorded (FAIL interrupted + a WAITING copy) before the
+    exit. Returns the previous handlers (none outside the main thread)."""
+
     def handler(signum: int, frame: Any) -> None:
+        for stop_signal in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(stop_signal, signal.SIG_IGN)
         raise KeyboardInterrupt
 
     if threading.current_thread() is not threading.main_thread():
-        return signal.getsignal(signal.SIGTERM)
-    return signal.signal(signal.SIGTERM, handler)
+        return {}
+    return {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
 
 
 def run_study(

@@ -16,6 +16,7 @@ Secrets are never printed or stored: every URL shown to a person goes through
 from __future__ import annotations
 
 import contextlib
+import copy
 import inspect
 import re
 import sqlite3
@@ -138,7 +139,16 @@ def retry_callback(max_retries: int) -> Any:
     if cls is None:  # pragma: no cover - optuna < 4.9
         cls = storages.RetryFailedTrialCallback
     with _quiet_experimental():
-        return cls(max_retry=max_retries)
+        callback = cls(max_retry=max_retries)
+
+    def retry(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        # Optuna copies the failed attempt's user attrs onto the copy: a retry that completes
+        # would still show that attempt's status, reason and stderr tail.
+        fresh = copy.copy(trial)
+        fresh.user_attrs = {}
+        callback(study, fresh)
+
+    return retry
 
 
 @contextlib.contextmanager

@@ -16,7 +16,6 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -103,15 +102,41 @@ def processes_mentioning(marker: Path) -> list[int]:
     return found
 
 
-@dataclass
 class Orchestrator:
-    """One ``dvt-hpo run`` subprocess, in a session of its own (like a shell's foreground job)."""
+    """One ``dvt-hpo run`` subprocess in a session of its own (like a shell's foreground job);
+    a thread collects its output lines, so a test can await one."""
 
-    proc: subprocess.Popen[bytes]
-    log: Path
+    def __init__(self, study: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "dvt_hpo", "run", str(study)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=REPO_ROOT,
+            start_new_session=True,
+        )
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            with self._changed:
+                self.lines.append(raw.decode(errors="replace").rstrip("\n"))
+                self._changed.notify_all()
+        self.proc.stdout.close()
 
     def output(self) -> str:
-        return self.log.read_text(errors="replace")
+        with self._changed:
+            return "\n".join(self.lines)
+
+    def wait_line(self, text: str, timeout_s: float = EVENT_TIMEOUT_S) -> None:
+        """Wait until a line of the output contains ``text``."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: any(text in x for x in self.lines), timeout_s):
+                raise AssertionError(f"no line with {text!r} within {timeout_s} s:\n{self.lines}")
 
     def finish(self, timeout_s: float = EVENT_TIMEOUT_S) -> tuple[int, str]:
         try:
@@ -120,6 +145,7 @@ class Orchestrator:
             raise AssertionError(
                 f"dvt-hpo run did not finish within {timeout_s} s; output:\n{self.output()}"
             ) from None
+        self._reader.join(timeout_s)
         return code, self.output()
 
 
@@ -130,22 +156,12 @@ def runs_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def orchestrator(tmp_path: Path, runs_dir: Path) -> Iterator[Callable[[Path], Orchestrator]]:
+def orchestrator(runs_dir: Path) -> Iterator[Callable[[Path], Orchestrator]]:
     """Start ``python -m dvt_hpo run STUDY``; whatever is left is killed at teardown."""
     started: list[Orchestrator] = []
 
     def start(study: Path) -> Orchestrator:
-        log = tmp_path / f"orchestrator-{len(started)}.log"
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "dvt_hpo", "run", str(study)],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=REPO_ROOT,
-                start_new_session=True,
-            )
-        started.append(Orchestrator(proc, log))
+        started.append(Orchestrator(study))
         return started[-1]
 
     try:
@@ -155,6 +171,7 @@ def orchestrator(tmp_path: Path, runs_dir: Path) -> Iterator[Callable[[Path], Or
             if run.proc.poll() is None:
                 run.proc.kill()
             run.proc.wait(timeout=EVENT_TIMEOUT_S)
+            run.finish()  # joins the output reader, which then closes the pipe
         leftovers = processes_mentioning(runs_dir)
         for pid in leftovers:
             with contextlib.suppress(ProcessLookupError):
@@ -272,6 +289,8 @@ def test_ctrl_c_records_the_running_trial_as_interrupted_and_the_rerun_runs_its_
     assert states(trials) == [(0, "COMPLETE"), (1, "FAIL"), (2, "COMPLETE"), (3, "COMPLETE")]
     assert trials[2].params == interrupted.params
     assert trials[2].user_attrs["status"] == "ok"
+    # The retry starts clean: the interrupted attempt's reason is not carried over.
+    assert "reason" not in trials[2].user_attrs
     assert snapshot(trials[0]) == completed_before
 
 
@@ -297,3 +316,30 @@ def test_sigterm_to_the_orchestrator_is_an_interruption(
     assert trials[0].user_attrs["status"] == "interrupted"
     assert trials[1].params == trials[0].params
     assert trials[1].system_attrs["failed_trial"] == 0
+
+
+def test_a_second_signal_while_stopping_does_not_abandon_the_trial(
+    tmp_path: Path,
+    write_study: Callable[..., Path],
+    orchestrator: Callable[[Path], Orchestrator],
+    runs_dir: Path,
+    unique_name: str,
+) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    doc = fifo_study(unique_name, fifo, study={"n_trials": 1}, trials={"stop_grace_s": 3})
+    # The trial ignores SIGTERM: stopping it takes the whole stop grace, then SIGKILL.
+    doc["trainer"]["config"]["actions"].insert(0, {"do": "ignore_sigterm"})
+    study = write_study(doc)
+
+    run = orchestrator(study)
+    wait_trial_running(fifo)
+    run.proc.terminate()
+    run.wait_line("interrupted: stopping")  # now inside the stop grace
+    run.proc.terminate()  # impatient: `kill` again, or a supervisor's repeated SIGTERM
+    code, out = run.finish()
+    assert code == 130, out
+    assert processes_mentioning(runs_dir) == []
+    trials = load_trials(study)
+    assert states(trials) == [(0, "FAIL"), (1, "WAITING")], out
+    assert trials[0].user_attrs["status"] == "interrupted"

@@ -245,3 +245,29 @@ def test_two_workers_on_postgres_share_the_budget_exactly(
         assert "password" not in "".join(outputs)
     finally:
         optuna.delete_study(study_name=unique_name, storage=postgres_url)
+
+
+def test_journal_storage_recovers_a_stale_trial_with_its_params(
+    write_study: Callable[..., Path], unique_name: str, tmp_path: Path
+) -> None:
+    # Optuna's journal storage has no heartbeat table; the runner keeps the same rule on a
+    # trial attr. A RUNNING trial whose last beat is older than the grace period is a trial
+    # whose orchestrator died.
+    import time
+
+    from dvt_hpo.storage import open_storage
+
+    doc = toy(unique_name, [{"do": "curve", "values": [0.7]}])
+    doc["study"].update(storage=f"journal:///{tmp_path}/study.log", n_trials=1)
+    path = write_study(doc)
+    storage = open_storage(load_spec(path).study.storage)
+    study = optuna.create_study(storage=storage, study_name=unique_name, direction="maximize")
+    dead = study.ask()
+    x = dead.suggest_float("x", 0.0, 1.0)
+    storage.set_trial_system_attr(dead._trial_id, "dvt_hpo:heartbeat", time.time() - 100)
+
+    study = run(path)
+    first, retry = study.trials
+    assert first.state == State.FAIL
+    assert retry.state == State.COMPLETE and retry.params == {"x": x}
+    assert retry.system_attrs["retry_history"] == [0]
