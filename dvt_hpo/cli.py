@@ -9,12 +9,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from dvt_hpo.exceptions import DvtHpoError, SpecError
-
-if TYPE_CHECKING:
-    from dvt_hpo.spec import StudySpec
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -69,43 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _check_runnable(spec: StudySpec) -> None:
-    """What `run` needs beyond a valid file: the entry point's module and the storage driver
-    can be found (without importing them: a user's module may import torch)."""
-    import importlib.util
-
-    from dvt_hpo.storage import check_storage_driver
-
-    module = spec.trainer.entrypoint.partition(":")[0]
-    try:
-        found = importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        found = False
-    if not found:
-        extra = [str(spec.path.parent)]
-        sys.path[:0] = extra
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):
-            found = False
-        finally:
-            del sys.path[: len(extra)]
-    if not found:
-        raise SpecError(
-            f"module {module!r} of the entry point {spec.trainer.entrypoint!r} cannot be found "
-            f"(looked in the installed packages and in {spec.path.parent})",
-            file=spec.path,
-            field="trainer.entrypoint",
-        )
-    check_storage_driver(spec.study.storage, spec.path)
-
-
 def _cmd_run(args: argparse.Namespace) -> int:
     from dvt_hpo.runner import StudyRunner
     from dvt_hpo.spec import load_spec
 
-    spec = load_spec(args.study, args.overrides)
-    _check_runnable(spec)
+    spec = load_spec(args.study, args.overrides, check_runnable=True)
     StudyRunner(spec, allow_space_change=args.allow_space_change).run()
     return EXIT_OK
 
@@ -113,12 +77,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_validate(args: argparse.Namespace) -> int:
     from dvt_hpo.spec import load_spec
 
-    spec = load_spec(args.study, args.overrides)
-    _check_runnable(spec)
+    spec = load_spec(args.study, args.overrides, check_runnable=True)
     dims = ", ".join(d.name for d in spec.search_space)
+    n = spec.study.n_trials
+    budget = f"{n} trial{'s' if n != 1 else ''}" if n is not None else "no trial limit"
     print(
-        f"{args.study}: ok — study {spec.study.name!r}, "
-        f"{spec.study.n_trials if spec.study.n_trials is not None else 'unlimited'} trials, "
+        f"{args.study}: ok — study {spec.study.name!r}, {budget}, "
         f"{spec.objective.direction} {spec.objective.metric} ({spec.objective.reduce}), "
         f"search space: {dims}"
     )
@@ -131,10 +95,11 @@ def _cmd_best(args: argparse.Namespace) -> int:
 
     from dvt_hpo.runner import best_config
     from dvt_hpo.spec import load_spec
-    from dvt_hpo.storage import open_storage, redact_url, sqlite_path
+    from dvt_hpo.storage import journal_path, open_storage, redact_url, sqlite_path
 
     spec = load_spec(args.study, args.overrides)
-    db = sqlite_path(spec.study.storage)
+    # Opening a missing SQLite file or journal would create it.
+    db = sqlite_path(spec.study.storage) or journal_path(spec.study.storage)
     if db is not None and not db.exists():
         raise DvtHpoError(f"no study yet: {db} does not exist; run `dvt-hpo run {args.study}`")
     optuna.logging.set_verbosity(optuna.logging.WARNING)

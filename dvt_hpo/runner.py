@@ -870,7 +870,7 @@ def run_study(
     """
     from dvt_hpo.spec import load_spec
 
-    spec = load_spec(path, overrides)
+    spec = load_spec(path, overrides, check_runnable=True)
     return StudyRunner(spec, allow_space_change=allow_space_change, out=out).run()
 
 

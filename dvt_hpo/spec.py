@@ -1679,13 +1679,16 @@ def _takes(dim: Dimension) -> str:
 # Public API
 
 
-def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> StudySpec:
+def load_spec(
+    path: str | Path, overrides: Sequence[str] = (), *, check_runnable: bool = False
+) -> StudySpec:
     """Read and validate a study file; ``overrides`` are ``--set PATH=VALUE`` strings.
 
     Overrides are parsed as YAML and applied to the file's tree before validation
     (``study.n_trials=20``, ``trainer.config.epochs=3``, ``search_space[0].high=0.5`` or
     ``search_space.0.high=0.5``). Raises :class:`SpecError` for the first problem found.
-    Nothing is written anywhere.
+    Nothing is written anywhere. ``check_runnable`` also checks what running needs beyond a
+    valid file: the entry point's module and the storage driver can be found on this machine.
     """
     shown = str(path)
     absolute = Path(path).expanduser().resolve()
@@ -1724,6 +1727,8 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> StudySpec:
     batch_size = builder.batch_size(root, schema, trainer.config, dims)
     tracking = builder.tracking(root)
     builder.check_algorithms(study, dims)
+    if check_runnable:
+        _check_runnable(doc, absolute.parent, trainer.entrypoint, study.storage)
     return StudySpec(
         path=absolute,
         study=study,
@@ -1734,6 +1739,37 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> StudySpec:
         search_space=dims,
         tracking=tracking,
     )
+
+
+def _check_runnable(doc: _Doc, folder: Path, entrypoint: str, storage: str) -> None:
+    """The entry point's module and the storage driver can be found, without importing them (a
+    user's module may import torch)."""
+    import importlib.util
+
+    from dvt_hpo.storage import check_storage_driver
+
+    module = entrypoint.partition(":")[0]
+    found = False
+    for extra in ([], [str(folder)]):
+        sys.path[:0] = extra
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        finally:
+            del sys.path[: len(extra)]
+        if found:
+            break
+    if not found:
+        raise doc.error(
+            ("trainer", "entrypoint"),
+            f"module {module!r} of the entry point {entrypoint!r} cannot be found (looked in "
+            f"the installed packages and in {folder})",
+        )
+    try:
+        check_storage_driver(storage)
+    except SpecError as exc:
+        raise doc.error(("study", "storage"), exc.message) from None
 
 
 def _plain(value: Any) -> Any:

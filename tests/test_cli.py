@@ -185,7 +185,6 @@ BAD_CASES = {
     ),
 }
 # Checked after the spec is loaded (cli._check_runnable), where the line is not known yet.
-LINE_UNKNOWN = {"missing entry-point module", "storage driver missing, password in URL"}
 
 
 @pytest.mark.parametrize("command", ["validate", "run"])
@@ -213,17 +212,7 @@ def test_bad_study_exits_2_naming_the_field_and_writes_nothing(
 
 @pytest.mark.parametrize(
     "case",
-    [
-        pytest.param(
-            name,
-            marks=pytest.mark.xfail(
-                strict=True, reason="cli._check_runnable raises without the line (see report)"
-            ),
-        )
-        if name in LINE_UNKNOWN
-        else name
-        for name in BAD_CASES
-    ],
+    BAD_CASES,
 )
 def test_bad_study_message_names_file_line_and_field(
     cli: Callable[..., Result], tmp_path: Path, case: str
@@ -446,12 +435,7 @@ def test_max_failures_stops_the_study_with_exit_1(
     "storage",
     [
         "sqlite:///never.db",
-        pytest.param(
-            "journal:///never.log",
-            marks=pytest.mark.xfail(
-                strict=True, reason="cli._cmd_best opens (creates) a missing journal (see report)"
-            ),
-        ),
+        "journal:///never.log",
     ],
 )
 def test_best_before_any_run_exits_1_and_creates_nothing(
@@ -529,9 +513,6 @@ def test_run_study_returns_the_study_and_never_imports_torch(ran_studies: RanStu
     assert sum(line.startswith("best trial") for line in report["lines"]) == 2
 
 
-@pytest.mark.xfail(
-    strict=True, reason="run_study skips cli._check_runnable: the trial fails instead (see report)"
-)
 def test_run_study_rejects_a_missing_entry_point_before_writing(
     write_study: Callable[..., Path], tmp_path: Path
 ) -> None:
