@@ -366,11 +366,23 @@ def test_torchrun_rank_failure_is_recorded_by_that_rank(
     assert sorted(h.rank for h in trial.server.hellos) == [0, 1]
 
 
+def _bounded(call: Callable[[], Any]) -> Any:
+    """Run a blocking FIFO open/read/write, failing (not hanging) after WAIT_S."""
+    box: list[Any] = []
+    thread = threading.Thread(target=lambda: box.append(call()), daemon=True)
+    thread.start()
+    thread.join(WAIT_S)
+    assert box, f"FIFO peer did not show up within {WAIT_S} s"
+    return box[0]
+
+
 def test_torchrun_prune_then_stop_kills_every_rank(
     start_trial: Callable[..., Trial], tmp_path: Path
 ) -> None:
     ready = tmp_path / "rank1.fifo"
+    go = tmp_path / "rank0.fifo"
     os.mkfifo(ready)
+    os.mkfifo(go)
     handler = RecordingHandler(prune=lambda step, metrics: step == 1)
     trial = start_trial(
         {
@@ -379,6 +391,9 @@ def test_torchrun_prune_then_stop_kills_every_rank(
                 {"do": "ignore_sigterm", "rank": 1},
                 {"do": "write", "rank": 1, "path": str(ready), "text": "ready"},
                 {"do": "sleep", "rank": 1, "seconds": 120},
+                # The chief starts its curve (and its prune) only once rank 1 is in place;
+                # otherwise a slow rank 1 is ended by torchrun before it ignores SIGTERM.
+                {"do": "read", "rank": 0, "path": str(go)},
                 {"do": "curve", "rank": 0},
             ],
             "curve": [0.5, 0.4, 0.3, 0.2],
@@ -387,7 +402,8 @@ def test_torchrun_prune_then_stop_kills_every_rank(
         launcher="torchrun",
         nproc=2,
     )
-    assert ready.read_text() == "ready"  # blocks until rank 1 ignores SIGTERM
+    assert _bounded(lambda: ready.read_text()) == "ready"  # rank 1 ignores SIGTERM now
+    _bounded(lambda: go.write_text("go"))
     hellos = handler.wait_hellos(2, WAIT_S)
     assert handler.wait_for(lambda h: len(h.reports) == 2, WAIT_S)
     pids = {rank: pid for rank, pid, _ in hellos}
