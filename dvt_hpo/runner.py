@@ -701,6 +701,7 @@ class StudyRunner:
                 signal.signal(signum, handler)
             self._stop_heartbeat.set()
         self.print_summary()
+        self.out(f"dashboard: optuna-dashboard {where}")
         if stop_message is not None:
             raise StudyStopped(stop_message)
         return self.study
