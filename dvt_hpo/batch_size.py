@@ -83,6 +83,10 @@ OOM_MESSAGE_PATTERNS: tuple[tuple[str, str], ...] = (
     ("cuDNN/cuBLAS/cuSOLVER/cuSPARSE", r"\bCU(?:DNN|BLAS|SOLVER|SPARSE)_STATUS_ALLOC_FAILED\b"),
     # Habana HPU: "FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed for size::...".
     ("HPU", r"\bAllocation failed\b"),
+    # oneDNN (CPU convolutions) reports memory it cannot get, e.g. under RLIMIT_AS, only as
+    # "could not create a primitive". It says so for unsupported inputs too; those fail at
+    # every size and end the search with BatchSizeError naming this message.
+    ("oneDNN (CPU)", r"\bcould not create a primitive\b"),
 )
 
 _OOM_MESSAGE_RE = re.compile(

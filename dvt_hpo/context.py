@@ -290,14 +290,26 @@ class _BaseContext:
                 status = "hit"
                 local = cached
         if local is None:
-            result: SearchResult = find_batch_size(
-                fits,
-                low=settings.min,
-                high=settings.max,
-                start=settings.start,
-                multiple_of=settings.multiple_of,
-                tolerance=settings.tolerance,
-            )
+            try:
+                result: SearchResult = find_batch_size(
+                    fits,
+                    low=settings.min,
+                    high=settings.max,
+                    start=settings.start,
+                    multiple_of=settings.multiple_of,
+                    tolerance=settings.tolerance,
+                )
+            except BatchSizeError as exc:
+                # A failed trial shows what was tried, to tell "min too big" from a bad fits.
+                records.extend(getattr(exc, "probes", ()))
+                self.set_user_attrs(
+                    {
+                        "batch_size_probes": len(records),
+                        "batch_size_probe_sizes": [r.size for r in records],
+                        "batch_size_probe_s": round(time.perf_counter() - began, 3),
+                    }
+                )
+                raise
             records.extend(result.probes)
             local = result.size
         found = local

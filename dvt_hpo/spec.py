@@ -1545,6 +1545,18 @@ class _Builder:
                         tkey,
                         f"{what} {target!r} must be an integer field, it takes {type_name(tp)}",
                     )
+        if auto and schema is not None and schema.__module__ == "dvt_hpo.train.config":
+            # The built-in trainer applies the found size itself, at these two fields.
+            for name, value, fixed in (
+                ("path", path, defaults.path),
+                ("accumulate_path", accumulate_path, defaults.accumulate_path),
+            ):
+                if value != fixed:
+                    raise self.err(
+                        (*key, name),
+                        f"the built-in trainer uses {fixed!r} for batch_size.{name}, got "
+                        f"{value!r} (other paths are for custom entry points)",
+                    )
         return BatchSizeSpec(
             auto=auto,
             path=path,

@@ -99,7 +99,29 @@ def apply_memory_limit(env: Mapping[str, str]) -> int | None:
     if hard != resource.RLIM_INFINITY:
         limit = min(limit, hard)
     resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    _fix_mmap_threshold()
     return limit
+
+
+_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
+
+
+def _fix_mmap_threshold() -> None:
+    """Keep glibc serving large blocks (tensors) with mmap, unmapped when freed.
+
+    By default its threshold rises to the size of each mmapped block freed (up to 32 MiB);
+    blocks below it then come from the heap, whose freed space stays mapped. Under RLIMIT_AS a
+    trial would keep paying for memory it freed, and the batch-size search would depend on what
+    earlier probes left behind. Setting the threshold turns that adjustment off.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, 128 * 1024)
+    except (OSError, AttributeError):
+        pass  # not glibc (e.g. musl): nothing to turn off
 
 
 def set_parent_death_signal() -> bool:
@@ -272,7 +294,12 @@ def _exit_soon(code: int) -> int:
             os._exit(code)
 
     done = threading.Event()
-    threading.Thread(target=force, name="dvt-exit-guard", daemon=True).start()
+    try:
+        threading.Thread(target=force, name="dvt-exit-guard", daemon=True).start()
+    except RuntimeError:
+        # No address space left for a thread's stack (a trial that ended near its RLIMIT_AS):
+        # the result is written and the streams flushed, so leave without the guard.
+        os._exit(code)
     return code
 
 

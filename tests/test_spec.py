@@ -910,3 +910,12 @@ def test_message_uses_the_path_as_given(
     with pytest.raises(SpecError) as info:
         load_spec("study.yaml")
     assert str(info.value).startswith("study.yaml:3: study.n_trials: ")
+
+
+def test_builtin_trainer_batch_size_path_is_fixed(write: Callable[..., Path]) -> None:
+    # A custom path would pass the schema checks, but the built-in trainer only reads
+    # data.batch_size: the found size would be written where nothing uses it.
+    path = write(BASE + "batch_size: {auto: true, path: epochs}\n")
+    with pytest.raises(SpecError, match="built-in trainer uses 'data.batch_size'") as info:
+        load_spec(path)
+    assert info.value.field == "batch_size.path"

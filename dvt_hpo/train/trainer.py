@@ -338,6 +338,9 @@ class Checkpointer:
 # --------------------------------------------------------------------------------------------
 # Batch-size probing
 
+# Share of extra samples each probe runs (see make_fits).
+PROBE_HEADROOM = 0.05
+
 
 def make_fits(
     cfg: TrainerConfig,
@@ -356,6 +359,12 @@ def make_fits(
     samples' shape. Under DDP a buffer the size of the gradients stands for DDP's gradient
     buckets (the probe itself is not wrapped: ranks probe independently, without collectives).
 
+    Each probe runs ``n`` plus :data:`PROBE_HEADROOM` of ``n`` samples: the search stops within
+    its tolerance of the limit, and a whole epoch needs a little more than two probe steps. On
+    CPU the loader's batches share the memory the probe measures (and ``trials.memory_limit``
+    counts them): the probe also builds each step's batch from per-sample tensors while the
+    previous batch is alive, as the training loop does.
+
     Returns a ``dvt_hpo.batch_size.Probe`` with the peak and total memory on CUDA, ``True``
     elsewhere. Out-of-memory errors propagate (the search classifies them); memory is freed
     first, including the locals of the frames in the exception's traceback.
@@ -365,6 +374,7 @@ def make_fits(
 
     def fits(n: int) -> Any:
         model = optimizer = ema = eval_model = buckets = inputs = labels = logits = loss = None
+        rows = n + math.ceil(n * PROBE_HEADROOM)
         try:
             if cuda:
                 torch.cuda.synchronize(device)
@@ -375,10 +385,16 @@ def make_fits(
             if ddp:
                 buckets = torch.empty(sum(p.numel() for p in model.parameters()), device=device)
             scaler = precision.scaler()
-            inputs = torch.rand(n, *in_shape, device=device)
-            labels = torch.randint(0, num_classes, (n,), device=device)
+            inputs = torch.rand(rows, *in_shape, device=device)
+            labels = torch.randint(0, num_classes, (rows,), device=device)
             model.train()
             for step in (1, 2):
+                if not cuda:
+                    # The DataLoader collates the next batch from per-sample tensors while the
+                    # loop still holds the previous one: three batches at once in host memory.
+                    samples = torch.rand(rows, *in_shape, device=device)
+                    inputs = torch.stack(tuple(samples))
+                    del samples
                 with precision.autocast():
                     logits = model(inputs)
                     loss = F.cross_entropy(logits, labels)
