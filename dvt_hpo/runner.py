@@ -638,6 +638,7 @@ class StudyRunner:
             + (f"{used}/{n_trials} trials done, " if n_trials else "")
             + f"{spec.trials.parallel} at a time"
         )
+        self.out(f"watch it: optuna-dashboard {where}")
         if spec.tracking.mlflow is not None:
             self.out("note: tracking.mlflow is validated but not recorded yet (a later release)")
         slots = launch.split_devices(
@@ -701,7 +702,6 @@ class StudyRunner:
                 signal.signal(signum, handler)
             self._stop_heartbeat.set()
         self.print_summary()
-        self.out(f"dashboard: optuna-dashboard {where}")
         if stop_message is not None:
             raise StudyStopped(stop_message)
         return self.study
