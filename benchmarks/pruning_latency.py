@@ -50,7 +50,7 @@ import yaml  # noqa: E402
 
 from dvt_hpo import launch, runner  # noqa: E402
 from dvt_hpo.spec import load_spec  # noqa: E402
-from dvt_hpo.storage import redact_url  # noqa: E402
+from dvt_hpo.storage import redact_url, unreachable_reason  # noqa: E402
 
 DEFAULT_POSTGRES = os.environ.get(
     "DVT_HPO_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
@@ -167,20 +167,6 @@ def run_one(args: argparse.Namespace, storage: str, label: str, folder: Path) ->
     return measured
 
 
-def postgres_reachable(url: str) -> str | None:
-    """None when the server answers, else why not."""
-    try:
-        import sqlalchemy
-
-        engine = sqlalchemy.create_engine(url, connect_args={"connect_timeout": 3})
-        with engine.connect() as conn:
-            conn.execute(sqlalchemy.text("SELECT 1"))
-        engine.dispose()
-    except Exception as exc:  # noqa: BLE001 - any failure means "not reachable"
-        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-    return None
-
-
 def cell_ms(values: Sequence[float]) -> str:
     if not values:
         return "-"
@@ -251,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         folder = Path(tmp)
         rows.append(run_one(args, "sqlite:///latency.db", "sqlite", folder))
         if not args.no_postgres:
-            why = postgres_reachable(args.postgres)
+            why = unreachable_reason(args.postgres)
             if why is None:
                 rows.append(run_one(args, args.postgres, "postgresql", folder))
             else:

@@ -121,6 +121,23 @@ def check_storage_driver(url: str, source: str | Path | None = None) -> None:
         ) from None
 
 
+def unreachable_reason(url: str, *, timeout_s: int = 3) -> str | None:
+    """None when the database server of ``url`` answers a query, else why not (redacted)."""
+    import sqlalchemy
+
+    try:
+        engine = sqlalchemy.create_engine(url, connect_args={"connect_timeout": timeout_s})
+        try:
+            with engine.connect() as conn:
+                conn.execute(sqlalchemy.text("SELECT 1"))
+        finally:
+            engine.dispose()
+    except Exception as exc:  # noqa: BLE001 - any failure means "not reachable"
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        return redact_url(f"{type(exc).__name__}: {first}")
+    return None
+
+
 @dataclass(frozen=True)
 class HeartbeatSettings:
     interval_s: int

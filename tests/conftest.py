@@ -35,26 +35,12 @@ def python() -> str:
     return sys.executable
 
 
-def _postgres_reachable(url: str) -> str | None:
-    """None when the server answers, else why not."""
-    try:
-        import sqlalchemy
-    except ImportError as exc:  # pragma: no cover
-        return f"sqlalchemy missing: {exc}"
-    try:
-        engine = sqlalchemy.create_engine(url, connect_args={"connect_timeout": 3})
-        with engine.connect() as conn:
-            conn.execute(sqlalchemy.text("SELECT 1"))
-        engine.dispose()
-    except Exception as exc:  # noqa: BLE001 - any failure means "not reachable"
-        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-    return None
-
-
 @pytest.fixture(scope="session")
 def postgres_url() -> str:
     """URL of the real PostgreSQL server; skips (or fails under DVT_HPO_REQUIRE_POSTGRES=1)."""
-    why = _postgres_reachable(POSTGRES_URL)
+    from dvt_hpo.storage import unreachable_reason
+
+    why = unreachable_reason(POSTGRES_URL)
     if why is not None:
         message = f"PostgreSQL not reachable at {POSTGRES_URL}: {why}"
         if os.environ.get("DVT_HPO_REQUIRE_POSTGRES") == "1":
