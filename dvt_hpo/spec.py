@@ -1740,7 +1740,7 @@ def load_spec(
     tracking = builder.tracking(root)
     builder.check_algorithms(study, dims)
     if check_runnable:
-        _check_runnable(doc, absolute.parent, trainer.entrypoint, study.storage)
+        _check_runnable(doc, absolute.parent, trainer.entrypoint, study.storage, trials)
     return StudySpec(
         path=absolute,
         study=study,
@@ -1753,7 +1753,9 @@ def load_spec(
     )
 
 
-def _check_runnable(doc: _Doc, folder: Path, entrypoint: str, storage: str) -> None:
+def _check_runnable(
+    doc: _Doc, folder: Path, entrypoint: str, storage: str, trials: TrialsSpec
+) -> None:
     """The entry point's module and the storage driver can be found, without importing them (a
     user's module may import torch)."""
     import importlib.util
@@ -1782,6 +1784,13 @@ def _check_runnable(doc: _Doc, folder: Path, entrypoint: str, storage: str) -> N
         check_storage_driver(storage)
     except SpecError as exc:
         raise doc.error(("study", "storage"), exc.message) from None
+    # The GPUs a study names must exist on this machine before anything is written.
+    from dvt_hpo.launch import split_devices
+
+    try:
+        split_devices(trials.devices, trials.parallel, nproc_per_node=trials.nproc_per_node)
+    except SpecError as exc:
+        raise doc.error(("trials", "devices"), exc.message) from None
 
 
 def _plain(value: Any) -> Any:

@@ -183,8 +183,14 @@ BAD_CASES = {
         ("pg8000", "pip install"),
         never_says=("secret",),
     ),
+    # Checked against the GPUs visible here; no machine shows 64.
+    "GPUs that this machine does not have": BadCase(
+        TOY_TEXT + "trials: {devices: 'cuda:63'}\n",
+        13,
+        "trials.devices",
+        ("GPU index 63 is not visible",),
+    ),
 }
-# Checked after the spec is loaded (cli._check_runnable), where the line is not known yet.
 
 
 @pytest.mark.parametrize("command", ["validate", "run"])
