@@ -8,6 +8,7 @@ keyword arguments, so a config is portable; objects are rejected.
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 from collections.abc import Mapping
@@ -32,6 +33,7 @@ __all__ = [
     "WarmupConfig",
     "dump_trainer_config",
     "field_type_at",
+    "import_target",
     "load_trainer_config",
     "set_path",
     "value_fits_type",
@@ -54,6 +56,21 @@ def _check_target(value: str, field_name: str) -> None:
         f"expected an importable target such as 'torch.optim.AdamW' or 'package.module:Name', "
         f"got {value!r}",
     )
+
+
+def import_target(target: str, field: str) -> Any:
+    """``"package.module.Name"`` or ``"package.module:Name"`` -> the object (imported on call)."""
+    if ":" in target:
+        module_name, _, attr = target.partition(":")
+    else:
+        module_name, _, attr = target.rpartition(".")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise SpecError(f"cannot import {target!r}: {exc}", field=field) from None
+    return obj
 
 
 @dataclass(frozen=True)

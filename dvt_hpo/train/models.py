@@ -7,7 +7,6 @@ is ``(channels, height, width)`` of one sample and ``kwargs`` come from ``model.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import math
 from collections.abc import Callable, Sequence
@@ -16,7 +15,7 @@ from typing import Any
 from torch import nn
 
 from dvt_hpo.exceptions import SpecError
-from dvt_hpo.train.config import ModelConfig
+from dvt_hpo.train.config import ModelConfig, import_target
 
 __all__ = ["ModelBuilder", "build_model", "register_model", "registered_models"]
 
@@ -45,15 +44,7 @@ def _resolve(name: str) -> ModelBuilder:
     if name in _REGISTRY:
         return _REGISTRY[name]
     if ":" in name:
-        module_name, _, attr = name.partition(":")
-        try:
-            obj: Any = importlib.import_module(module_name)
-            for part in attr.split("."):
-                obj = getattr(obj, part)
-        except (ImportError, AttributeError) as exc:
-            raise SpecError(
-                f"cannot import model builder {name!r}: {exc}", field="model.builder"
-            ) from None
+        obj = import_target(name, "model.builder")
         if not callable(obj):
             raise SpecError(f"{name!r} is not callable", field="model.builder")
         return obj

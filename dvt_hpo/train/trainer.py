@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import gc
-import importlib
 import logging
 import math
 import os
@@ -44,6 +43,7 @@ from dvt_hpo.train.config import (
     PrecisionConfig,
     SchedConfig,
     TrainerConfig,
+    import_target,
 )
 from dvt_hpo.train.data import DataBundle, build_data
 from dvt_hpo.train.models import build_model
@@ -148,21 +148,6 @@ def set_threads_from_env() -> None:
 
 # --------------------------------------------------------------------------------------------
 # Optimizer, scheduler, precision, EMA
-
-
-def import_target(target: str, field: str) -> Any:
-    """``"package.module.Name"`` or ``"package.module:Name"`` -> the object."""
-    if ":" in target:
-        module_name, _, attr = target.partition(":")
-    else:
-        module_name, _, attr = target.rpartition(".")
-    try:
-        obj: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise SpecError(f"cannot import {target!r}: {exc}", field=field) from None
-    return obj
 
 
 def build_optimizer(cfg: OptimConfig, params: Any) -> torch.optim.Optimizer:
@@ -336,6 +321,21 @@ class Checkpointer:
 
 
 # --------------------------------------------------------------------------------------------
+def optimizer_step(
+    optimizer: torch.optim.Optimizer, scaler: Any, model: nn.Module, grad_clip: float | None
+) -> None:
+    """Clip (on unscaled gradients), step, update the loss scale, zero the gradients.
+
+    Training and the batch-size probe share it, so a probe allocates what a real step does.
+    """
+    if grad_clip is not None:
+        scaler.unscale_(optimizer)
+        nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+
+
 # Batch-size probing
 
 # Share of extra samples each probe runs (see make_fits).
@@ -400,12 +400,7 @@ def make_fits(
                     loss = F.cross_entropy(logits, labels)
                 scaler.scale(loss).backward()
                 logits = loss = None
-                if cfg.precision.grad_clip is not None:
-                    scaler.unscale_(optimizer)
-                    nn.utils.clip_grad_norm_(model.parameters(), cfg.precision.grad_clip)
-                scaler.step(optimizer)
-                scaler.update()
-                optimizer.zero_grad(set_to_none=True)
+                optimizer_step(optimizer, scaler, model, cfg.precision.grad_clip)
                 if ema is not None:
                     ema.update(model, step)
             eval_model = ema.module if ema is not None and cfg.ema.eval_with_ema else model
@@ -550,12 +545,7 @@ class Trainer:
                 seen += labels.shape[0]
                 if not steps_now:
                     continue
-                if cfg.precision.grad_clip is not None:
-                    scaler.unscale_(optimizer)
-                    nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.precision.grad_clip)
-                scaler.step(optimizer)
-                scaler.update()
-                optimizer.zero_grad(set_to_none=True)
+                optimizer_step(optimizer, scaler, raw_model, cfg.precision.grad_clip)
                 optimizer_steps += 1
                 if ema is not None:
                     ema.update(raw_model, optimizer_steps)
