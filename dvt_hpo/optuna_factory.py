@@ -18,7 +18,7 @@ import optuna
 from dvt_hpo import space
 
 if TYPE_CHECKING:
-    from dvt_hpo.spec import Dimension, PrunerSpec, SamplerSpec
+    from dvt_hpo.spec.model import Dimension, PrunerSpec, SamplerSpec
 
 __all__ = [
     "PRUNER_CLASSES",

@@ -1,7 +1,7 @@
 """The built-in trainer's configuration: a tree of dataclasses, portable as YAML or JSON.
 
-Pure (stdlib + PyYAML): the orchestrator imports it to validate trainer configs and search paths
-without importing torch. Names follow deepvisiontools' ``TrainerConfig`` where they fit.
+Pure (stdlib; PyYAML when a file is read or written): the orchestrator imports it to validate
+trainer configs and search paths without importing torch. Names follow deepvisiontools' ``TrainerConfig`` where they fit.
 Optimizers and schedulers are named by importable targets (``"torch.optim.AdamW"``) with plain
 keyword arguments, so a config is portable; objects are rejected.
 """
@@ -11,13 +11,15 @@ from __future__ import annotations
 import importlib
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from dvt_hpo.atomic import write_text_atomic
 from dvt_hpo.exceptions import SpecError
-from dvt_hpo.train.schema import field_type_at, from_mapping, to_plain, value_fits_type
+from dvt_hpo.paths import set_path
+from dvt_hpo.schema import field_type_at, from_mapping, to_plain, value_fits_type
 
 __all__ = [
     "CheckpointConfig",
@@ -31,11 +33,11 @@ __all__ = [
     "SyntheticConfig",
     "TrainerConfig",
     "WarmupConfig",
+    "apply_overrides",
     "dump_trainer_config",
     "field_type_at",
     "import_target",
     "load_trainer_config",
-    "set_path",
     "value_fits_type",
 ]
 
@@ -284,78 +286,46 @@ class TrainerConfig:
         """
         data = self.to_dict()
         for path, value in changes.items():
-            set_path(data, path, value)
+            set_path(data, path, value, create=True)
         return TrainerConfig.from_dict(data)
 
 
-def set_path(data: dict[str, Any], path: str, value: Any) -> None:
-    """Write ``value`` at dotted ``path`` of nested plain dicts, creating missing mappings.
+def load_trainer_config(
+    path: str | os.PathLike[str], overrides: Iterable[str] = ()
+) -> TrainerConfig:
+    """Read a YAML (or JSON) trainer config and apply ``--set PATH=VALUE`` overrides.
 
-    A ``None`` (optional, absent) section on the way is replaced by an empty mapping, so that
-    ``sched.target=...`` switches a disabled scheduler on with its other defaults.
+    The same YAML loader and override syntax as the study file (``1e-4`` is a float); errors
+    name the file and line of the value, or ``<--set>`` for an overridden one, and the field.
     """
-    parts = path.split(".")
-    node = data
-    for i, part in enumerate(parts[:-1]):
-        child = node.get(part)
-        if child is None:
-            child = node[part] = {}
-        elif not isinstance(child, dict):
-            where = ".".join(parts[: i + 1])
-            raise SpecError(
-                f"cannot set {path!r}: {where!r} is {child!r}, not a mapping", field=path
-            )
-        node = child
-    node[parts[-1]] = value
-
-
-def _yaml_line(text: str, dotted: str) -> int | None:
-    """1-based line of the node at ``dotted`` in YAML ``text`` (the deepest existing one)."""
-    import yaml
-
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        return None
-    line = None
-    for part in re.sub(r"\[\d+\]", "", dotted).split("."):
-        if not isinstance(node, yaml.MappingNode):
-            break
-        for key_node, value_node in node.value:
-            if key_node.value == part:
-                line = key_node.start_mark.line + 1
-                node = value_node
-                break
-        else:
-            break
-    return line
-
-
-def load_trainer_config(path: str | os.PathLike[str]) -> TrainerConfig:
-    """Read a YAML (or JSON) trainer config; errors name the file, line and field."""
-    import yaml
+    from dvt_hpo.spec.source import Doc, read_yaml
 
     source = str(path)
+    doc = Doc(source)
+    data = read_yaml(Path(path), source, doc, (), "the trainer config")
+    return _build(doc, {} if data is None else data, overrides)
+
+
+def apply_overrides(cfg: TrainerConfig, overrides: Iterable[str]) -> TrainerConfig:
+    """``cfg`` with ``PATH=VALUE`` overrides applied (values read as YAML), then re-checked."""
+    from dvt_hpo.spec.source import OVERRIDE_SOURCE, Doc
+
+    return _build(Doc(OVERRIDE_SOURCE), cfg.to_dict(), overrides)
+
+
+def _build(doc: Any, data: Any, overrides: Iterable[str]) -> TrainerConfig:
+    from dvt_hpo.spec.source import apply_override, parse_override
+
+    examples = "epochs=3 or optim.optim_args.lr=0.01"
+    parsed = [parse_override(text, examples) for text in overrides]
+    if parsed and not isinstance(data, dict):
+        data = {}  # the error below names the file's top level; overrides need a mapping
+    for override in parsed:
+        apply_override(doc, data, override)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(f"cannot read the trainer config: {exc.strerror}", file=source) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        raise SpecError(f"invalid YAML: {exc}", file=source, line=line) from None
-    if data is None:
-        data = {}
-    try:
-        return TrainerConfig.from_dict(data, source=source)
+        return TrainerConfig.from_dict(data)
     except SpecError as exc:
-        if exc.line is None and exc.field:
-            line = _yaml_line(text, exc.field)
-            if line is not None:
-                raise SpecError(exc.message, file=source, line=line, field=exc.field) from None
-        raise
+        raise doc.place(exc) from None
 
 
 def dump_trainer_config(cfg: TrainerConfig, path: str | os.PathLike[str]) -> None:
@@ -364,6 +334,4 @@ def dump_trainer_config(cfg: TrainerConfig, path: str | os.PathLike[str]) -> Non
 
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    tmp.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False), encoding="utf-8")
-    os.replace(tmp, target)
+    write_text_atomic(target, yaml.safe_dump(cfg.to_dict(), sort_keys=False))

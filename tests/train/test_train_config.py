@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from dvt_hpo.exceptions import SpecError
+from dvt_hpo.schema import field_type_at, value_fits_type
 from dvt_hpo.train import apply_overrides
 from dvt_hpo.train.config import (
     SchedConfig,
@@ -19,7 +20,6 @@ from dvt_hpo.train.config import (
     dump_trainer_config,
     load_trainer_config,
 )
-from dvt_hpo.train.schema import field_type_at, value_fits_type
 
 FULL = {
     "epochs": 3,
@@ -162,6 +162,39 @@ def test_yaml_file_errors_carry_the_line(tmp_path: Path) -> None:
     assert info.value.line is not None
 
 
+def test_trainer_yaml_reads_numbers_as_yaml_1_2(tmp_path: Path) -> None:
+    # PyYAML's YAML 1.1 reads 1e-4 as a string; the study file's loader reads it as a float.
+    path = tmp_path / "t.yaml"
+    path.write_text("optim:\n  weight_decay: 1e-4\n  optim_args: {lr: 3E-2}\n")
+    cfg = load_trainer_config(path)
+    assert cfg.optim.weight_decay == 1e-4 and isinstance(cfg.optim.weight_decay, float)
+    assert cfg.optim.optim_args == {"lr": 0.03}
+    assert load_trainer_config(path, ["optim.weight_decay=2e-4"]).optim.weight_decay == 2e-4
+
+
+def test_trainer_yaml_overrides_and_errors_name_their_source(tmp_path: Path) -> None:
+    path = tmp_path / "t.yaml"
+    path.write_text("epochs: 2\ndata:\n  batch_size: 8\n")
+    cfg = load_trainer_config(
+        path, ["data.batch_size=16", "sched.target=torch.optim.lr_scheduler.StepLR"]
+    )
+    assert cfg.data.batch_size == 16 and cfg.sched is not None
+    with pytest.raises(SpecError) as info:
+        load_trainer_config(path, ["data.batch_size=big"])
+    assert (info.value.file, info.value.line, info.value.field) == (
+        "<--set>",
+        None,
+        "data.batch_size",
+    )
+    path.write_text("epochs: 2\ndata:\n  batch_size: many\n")
+    with pytest.raises(SpecError) as info:
+        load_trainer_config(path, ["epochs=3"])
+    assert (info.value.file, info.value.line, info.value.field) == (str(path), 3, "data.batch_size")
+    path.write_text("epochs: 2\nepochs: 3\n")
+    with pytest.raises(SpecError, match="duplicate key 'epochs'"):
+        load_trainer_config(path)
+
+
 def test_dump_and_load_round_trip(tmp_path: Path) -> None:
     cfg = TrainerConfig.from_dict(FULL)
     path = tmp_path / "sub" / "cfg.yaml"
@@ -189,8 +222,8 @@ def test_overrides_parse_yaml_values_and_reject_unknown_paths() -> None:
     assert cfg.sched is not None and cfg.sched.target.endswith("StepLR") and cfg.ema.enabled
     with pytest.raises(SpecError, match="did you mean 'epochs'") as info:
         apply_overrides(TrainerConfig(), ["epoch=3"])
-    assert (info.value.file, info.value.field) == ("--set", "epoch")
-    with pytest.raises(SpecError, match="expected path=value"):
+    assert (info.value.file, info.value.field) == ("<--set>", "epoch")
+    with pytest.raises(SpecError, match="expected PATH=VALUE such as epochs=3"):
         apply_overrides(TrainerConfig(), ["epochs"])
     with pytest.raises(SpecError, match="expected int") as info:
         apply_overrides(TrainerConfig(), ["data.batch_size=big"])
@@ -255,7 +288,7 @@ def test_value_fits_type(value: Any, tp: Any, fits: bool) -> None:
 
 def test_importing_the_package_and_config_does_not_import_torch() -> None:
     code = (
-        "import sys, dvt_hpo.train, dvt_hpo.train.config, dvt_hpo.train.schema; "
+        "import sys, dvt_hpo.train, dvt_hpo.train.config, dvt_hpo.schema; "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])

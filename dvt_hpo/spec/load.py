@@ -1,0 +1,147 @@
+""":func:`load_spec`: a study file (and its ``--set`` overrides) -> a validated :class:`StudySpec`.
+
+Reads the file with line numbers, applies the overrides, reads each section group, then runs
+the cross-section checks (Optuna builds the sampler and pruner once) and, for ``run`` and
+``validate``, the runnable checks: the entry point's module is found by the one import rule of
+:mod:`dvt_hpo.import_path`, the storage driver is installed, the named GPUs exist. The first
+problem raises :class:`~dvt_hpo.exceptions.SpecError` naming the file, the line, the dotted
+field, the rule and the value. Loading writes nothing anywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from dvt_hpo import import_path
+from dvt_hpo.exceptions import SpecError
+from dvt_hpo.hints import describe, did_you_mean
+from dvt_hpo.spec.batch import read_batch_size
+from dvt_hpo.spec.fields import Reader
+from dvt_hpo.spec.model import Condition, StudySpec, TrialsSpec
+from dvt_hpo.spec.search import read_search_space
+from dvt_hpo.spec.source import Doc, apply_override, parse_override, read_yaml
+from dvt_hpo.spec.study import check_algorithms, read_objective, read_study, read_tracking
+from dvt_hpo.spec.trainer import read_trainer
+from dvt_hpo.spec.trials import read_trials
+from dvt_hpo.storage import redact_url
+
+__all__ = ["SECTIONS", "load_spec", "spec_to_dict"]
+
+SECTIONS = ("study", "objective", "trials", "batch_size", "trainer", "search_space", "tracking")
+
+
+def load_spec(
+    path: str | Path, overrides: Sequence[str] = (), *, check_runnable: bool = False
+) -> StudySpec:
+    """Read and validate a study file; ``overrides`` are ``--set PATH=VALUE`` strings.
+
+    Overrides are parsed as YAML and applied to the file's tree before validation
+    (``study.n_trials=20``, ``trainer.config.epochs=3``, ``search_space[0].high=0.5`` or
+    ``search_space.0.high=0.5``). Raises :class:`SpecError` for the first problem found.
+    Nothing is written anywhere. ``check_runnable`` also checks what running needs beyond a
+    valid file: the entry point's module, the storage driver and the GPUs named.
+    """
+    shown = str(path)
+    absolute = Path(path).expanduser().resolve()
+    parsed = [parse_override(text) for text in overrides]
+    doc = Doc(shown)
+    root = read_yaml(absolute, shown, doc, (), "the study file")
+    if root is None:
+        raise SpecError(
+            "the study file is empty; it needs at least study, trainer and search_space", file=shown
+        )
+    if not isinstance(root, dict):
+        raise SpecError(
+            f"a study file must be a mapping of sections ({', '.join(SECTIONS)}), got "
+            f"{describe(root)}",
+            file=shown,
+            line=doc.loc(())[1],
+        )
+    # Overrides into the trainer config wait until a config_file is read in.
+    deferred = [o for o in parsed if o.parts[:2] == ("trainer", "config") and len(o.parts) > 2]
+    for override in parsed:
+        if override not in deferred:
+            apply_override(doc, root, override)
+    for name in root:
+        if not isinstance(name, str) or name not in SECTIONS:
+            raise doc.error(
+                (name,),
+                f"unknown section {name!r}{did_you_mean(str(name), SECTIONS)} (sections: "
+                f"{', '.join(SECTIONS)})",
+            )
+    reader = Reader(doc, absolute, shown)
+    trials_raw = root.get("trials")
+    # The study's sampler defaults depend on how many trials run at once.
+    parallel = trials_raw.get("parallel", 1) if isinstance(trials_raw, Mapping) else 1
+    study = read_study(reader, root, parallel if isinstance(parallel, int) else 1)
+    objective = read_objective(reader, root)
+    trials = read_trials(reader, root, study.name)
+    trainer, schema = read_trainer(reader, root, deferred)
+    dims = read_search_space(reader, root, schema, trainer.config)
+    batch_size = read_batch_size(reader, root, schema, trainer.config, dims)
+    tracking = read_tracking(reader, root)
+    check_algorithms(reader, study, dims)
+    if check_runnable:
+        _check_runnable(doc, absolute.parent, trainer.entrypoint, study.storage, trials)
+    return StudySpec(
+        path=absolute,
+        study=study,
+        objective=objective,
+        trials=trials,
+        batch_size=batch_size,
+        trainer=trainer,
+        search_space=dims,
+        tracking=tracking,
+    )
+
+
+def _check_runnable(
+    doc: Doc, folder: Path, entrypoint: str, storage: str, trials: TrialsSpec
+) -> None:
+    """The entry point's module and the storage driver can be found, without importing them (a
+    user's module may import torch), and the GPUs named exist."""
+    from dvt_hpo.storage import check_storage_driver
+
+    module = entrypoint.partition(":")[0]
+    if not import_path.find_module(module, folder):
+        raise doc.error(
+            ("trainer", "entrypoint"),
+            f"module {module!r} of the entry point {entrypoint!r} cannot be found: trials "
+            f"import it from the study file's folder ({folder}), then PYTHONPATH and the "
+            "installed packages, never from the working directory",
+        )
+    try:
+        check_storage_driver(storage)
+    except SpecError as exc:
+        raise doc.error(("study", "storage"), exc.message) from None
+    # The GPUs a study names must exist on this machine before anything is written.
+    from dvt_hpo.launch import split_devices
+
+    try:
+        split_devices(trials.devices, trials.parallel, nproc_per_node=trials.nproc_per_node)
+    except SpecError as exc:
+        raise doc.error(("trials", "devices"), exc.message) from None
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Condition):
+        return {name: _plain(values) for name, values in value.equals.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def spec_to_dict(spec: StudySpec) -> dict[str, Any]:
+    """A JSON-safe dict of ``spec`` (paths as strings, the storage URL's password redacted)."""
+    data = _plain(spec)
+    data["study"]["storage"] = redact_url(spec.study.storage)
+    return data

@@ -1,0 +1,198 @@
+"""Sections study (storage, sampler, pruner, budget), objective and tracking."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+
+from dvt_hpo.exceptions import SpecError
+from dvt_hpo.spec import (
+    SamplerSpec,
+    build_pruner,
+    build_sampler,
+    load_spec,
+)
+from tests.spec.helpers import (
+    BAD_PARAMS,
+    BASE,
+    case,
+    check_bad,
+    study_with,
+)
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+@pytest.mark.parametrize(
+    ("metric", "direction"),
+    [
+        ("loss", "minimize"),
+        ("val_loss", "minimize"),
+        ("macro_f1", "maximize"),
+        ("accuracy", "maximize"),
+    ],
+)
+def test_direction_default(write: Callable[..., Path], metric: str, direction: str) -> None:
+    spec = load_spec(write(BASE + f"objective: {{metric: {metric}}}\n"))
+    assert spec.objective.direction == direction
+
+
+def test_direction_explicit_wins(write: Callable[..., Path]) -> None:
+    spec = load_spec(write(BASE + "objective: {metric: loss, direction: maximize}\n"))
+    assert spec.objective.direction == "maximize"
+
+
+@pytest.mark.parametrize(
+    ("storage", "expected"),
+    [
+        ("sqlite:///x.db", "sqlite:///{dir}/x.db"),
+        ("sqlite:///sub/x.db?timeout=60", "sqlite:///{dir}/sub/x.db?timeout=60"),
+        ("sqlite:////abs/x.db", "sqlite:////abs/x.db"),
+        ("journal:///x.log", "journal:///{dir}/x.log"),
+        ("journal:////abs/x.log", "journal:////abs/x.log"),
+        ("postgresql://u:p@host:5432/db", "postgresql://u:p@host:5432/db"),
+        ("postgresql+psycopg2://host/db", "postgresql+psycopg2://host/db"),
+        ("mysql://u@host/db", "mysql://u@host/db"),
+    ],
+)
+def test_storage_resolution(
+    write: Callable[..., Path], tmp_path: Path, storage: str, expected: str
+) -> None:
+    spec = load_spec(write(study_with(f"  storage: {storage}")))
+    assert spec.study.storage == expected.format(dir=tmp_path.resolve())
+
+
+def test_storage_default_is_next_to_the_study_file(
+    write: Callable[..., Path], tmp_path: Path
+) -> None:
+    path = write(BASE, name="sub/dir/study.yaml")
+    spec = load_spec(path)
+    assert spec.study.storage == f"sqlite:///{tmp_path.resolve() / 'sub' / 'dir' / 's.db'}"
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+@pytest.mark.parametrize(
+    ("kind", "kwargs", "cls"),
+    [
+        ("random", {}, optuna.samplers.RandomSampler),
+        ("cmaes", {"popsize": 4}, optuna.samplers.CmaEsSampler),
+        ("qmc", {"qmc_type": "halton", "seed": 1}, optuna.samplers.QMCSampler),
+        ("nsga2", {"population_size": 10}, optuna.samplers.NSGAIISampler),
+    ],
+)
+def test_sampler_kinds(write: Callable[..., Path], kind: str, kwargs: dict, cls: type) -> None:
+    args = "".join(f", {k}: {v}" for k, v in kwargs.items())
+    spec = load_spec(write(study_with(f"  sampler: {{kind: {kind}{args}}}")))
+    assert spec.study.sampler == SamplerSpec(kind, kwargs)
+    assert isinstance(build_sampler(spec.study.sampler, spec.search_space), cls)
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+@pytest.mark.parametrize(
+    ("text", "cls"),
+    [
+        ("none", optuna.pruners.NopPruner),
+        ("null", optuna.pruners.NopPruner),
+        ("{kind: percentile, percentile: 25}", optuna.pruners.PercentilePruner),
+        ("{kind: successive_halving, reduction_factor: 3}", optuna.pruners.SuccessiveHalvingPruner),
+        ("{kind: hyperband, max_resource: 10}", optuna.pruners.HyperbandPruner),
+        ("{kind: threshold, upper: 1.0}", optuna.pruners.ThresholdPruner),
+        ("{kind: wilcoxon, p_threshold: 0.05}", optuna.pruners.WilcoxonPruner),
+    ],
+)
+def test_pruner_kinds(write: Callable[..., Path], text: str, cls: type) -> None:
+    spec = load_spec(write(study_with(f"  pruner: {text}")))
+    assert isinstance(build_pruner(spec.study.pruner), cls)
+
+
+def test_missing_sampler_package_is_named(
+    write: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A None entry in sys.modules makes importlib.util.find_spec report the package missing.
+    monkeypatch.setitem(sys.modules, "cmaes", None)
+    with pytest.raises(SpecError) as info:
+        load_spec(write(study_with("  sampler: {kind: cmaes}")))
+    assert info.value.line == 3 and info.value.field == "study.sampler.kind"
+    assert "sampler kind 'cmaes' needs the package 'cmaes': pip install cmaes" in str(info.value)
+    monkeypatch.setitem(sys.modules, "scipy", None)
+    with pytest.raises(SpecError, match="needs the package 'scipy': pip install scipy"):
+        load_spec(write(study_with("  sampler: gp")))
+
+
+# fmt: off
+BAD_STUDY = [
+    case("study-unknown-key", study_with("  n_trails: 3"), 3, "study.n_trails",
+         "unknown key 'n_trails' in section 'study'", "did you mean 'n_trials'?", "allowed keys:"),
+    case("study-missing", BASE.replace("study:\n  name: s\n", ""), 1, "study",
+         "missing required section 'study'"),
+    case("study-name-missing", BASE.replace("  name: s\n", "  n_trials: 3\n"), 1, "study.name",
+         "missing required key 'name'"),
+    case("study-name-chars", BASE.replace("name: s", "name: my study/1"), 2, "study.name",
+         "'my study/1'", "letters, digits"),
+    case("n-trials-zero", study_with("  n_trials: 0"), 3, "study.n_trials",
+         "must be an integer >= 1 or null, got 0"),
+    case("n-trials-str", study_with("  n_trials: ten"), 3, "study.n_trials", "got 'ten' (str)"),
+    case("timeout-negative", study_with("  timeout_s: -5"), 3, "study.timeout_s",
+         "must be a number > 0 or null, got -5"),
+    case("max-failures-ratio", study_with("  max_failures: 1.5"), 3, "study.max_failures",
+         "a float in (0, 1)", "got 1.5"),
+    case("grace-below-heartbeat", study_with("  heartbeat_interval_s: 10", "  grace_period_s: 5"),
+         4, "study.grace_period_s", "greater than heartbeat_interval_s (10)", "got 5"),
+    case("storage-scheme", study_with("  storage: postgres://bob:hunter2@db/x"), 3, "study.storage",
+         "did you mean 'postgresql'?", "postgres://bob:***@db/x", absent=["hunter2"]),
+    case("storage-memory", study_with("  storage: 'sqlite://'"), 3, "study.storage",
+         "sqlite storage needs a file"),
+    case("storage-no-scheme", study_with("  storage: study.db"), 3, "study.storage",
+         "must be a storage URL", "'study.db'"),
+    case("sampler-kind", study_with("  sampler: {kind: tpee, seed: 1}"), 3, "study.sampler.kind",
+         "unknown sampler kind 'tpee'", "did you mean 'tpe'?"),
+    case("sampler-kwarg", study_with("  sampler: {kind: tpe, n_startup_trial: 3}"), 3,
+         "study.sampler.n_startup_trial", "unknown argument 'n_startup_trial' for TPESampler",
+         "did you mean 'n_startup_trials'?", "accepted: "),
+    case("sampler-kwarg-type", study_with("  sampler: {kind: random, seed: abc}"), 3,
+         "study.sampler.seed", "'seed' of RandomSampler", "takes int", "got 'abc' (str)"),
+    case("sampler-object-kwarg", study_with("  sampler: {kind: tpe, gamma: 3}"), 3,
+         "study.sampler.gamma", "takes a Python object"),
+    case("sampler-not-mapping", study_with("  sampler: [tpe]"), 3, "study.sampler",
+         "must be a kind", "got ['tpe'] (list)"),
+    case("grid-continuous", study_with("  sampler: grid"), 7, "search_space[0]",
+         "sampler kind 'grid' needs every dimension enumerable", "'lr' has no step"),
+    case("grid-search-space-given", study_with("  sampler: {kind: grid, search_space: {}}"), 3,
+         "study.sampler.search_space", "built from search_space"),
+    case("pruner-kind", study_with("  pruner: hyperbnd"), 3, "study.pruner",
+         "unknown pruner kind 'hyperbnd'", "did you mean 'hyperband'?"),
+    case("pruner-required-arg", study_with("  pruner: {kind: percentile}"), 3, "study.pruner.kind",
+         "PercentilePruner", "needs the argument 'percentile'"),
+    case("pruner-optuna-rule", study_with("  pruner: {kind: median, n_startup_trials: -1}"), 3,
+         "study.pruner", "Optuna rejects the arguments", "-1"),
+    case("pruner-threshold", study_with("  pruner: {kind: threshold}"), 3, "study.pruner.kind",
+         "needs 'lower' or 'upper'"),
+    case("objective-direction", BASE + "objective:\n  direction: maximise\n", 8,
+         "objective.direction", "must be one of minimize, maximize", "did you mean 'maximize'?"),
+    case("objective-reduce", BASE + "objective: {reduce: mean}\n", 7, "objective.reduce",
+         "must be one of best, last, got 'mean'"),
+    case("tracking-key", BASE + "tracking:\n  mlfow: {experiment: x}\n", 8, "tracking.mlfow",
+         "did you mean 'mlflow'?"),
+    case("tracking-value", BASE + "tracking:\n  mlflow: {experiment: 3}\n", 8,
+         "tracking.mlflow.experiment", "got 3 (int)"),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize(BAD_PARAMS, BAD_STUDY)
+def test_bad_study_objective_tracking(
+    write: Callable[..., Path],
+    text: Any,
+    overrides: Any,
+    file: Any,
+    line: Any,
+    field: Any,
+    contains: Any,
+    absent: Any,
+) -> None:
+    check_bad(write, text, overrides, file, line, field, contains, absent)
