@@ -76,15 +76,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from dvt_hpo.spec import load_spec
+    from dvt_hpo.spec.load import entrypoint_origin
 
     spec = load_spec(args.study, args.overrides, check_runnable=True)
+    origin = entrypoint_origin(spec.trainer.entrypoint, spec.path.parent)
     dims = ", ".join(d.name for d in spec.search_space)
     n = spec.study.n_trials
     budget = f"{n} trial{'s' if n != 1 else ''}" if n is not None else "no trial limit"
     print(
         f"{args.study}: ok — study {spec.study.name!r}, {budget}, "
         f"{spec.objective.direction} {spec.objective.metric} ({spec.objective.reduce}), "
-        f"search space: {dims}"
+        f"search space: {dims}; entry point {spec.trainer.entrypoint} from {origin}"
     )
     return EXIT_OK
 

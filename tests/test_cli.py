@@ -563,3 +563,48 @@ def test_best_export_then_train_round_trip(
     assert trained.code == EXIT_OK, trained.err
     assert re.search(r"^epoch 0: .*macro_f1=", trained.out, re.MULTILINE), trained.out
     assert (output_dir / "checkpoints" / "last.pt").is_file()
+
+
+# ---------------------------------------------------------------------------------------------
+# validate: where the entry point's module comes from (one rule with the trials)
+
+
+def _rule_study(folder: Path, module: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    doc = toy_study("rule", trainer={"entrypoint": f"{module}:run", "config": {}})
+    path = folder / "study.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+@pytest.mark.processes
+def test_validate_uses_the_study_folder_module_not_the_working_directory(tmp_path: Path) -> None:
+    study = _rule_study(tmp_path / "study", "rule_trainer")
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    for folder in (study.parent, workdir):
+        (folder / "rule_trainer.py").write_text("def run(config, ctx):\n    return {}\n")
+    before = listing(tmp_path)
+
+    result = run_cli("validate", study, cwd=workdir)
+
+    assert result.code == EXIT_OK, result.err
+    assert f"from {study.parent.resolve() / 'rule_trainer.py'}" in result.out, result.out
+    assert str(workdir / "rule_trainer.py") not in result.out
+    assert listing(tmp_path) == before
+
+
+@pytest.mark.processes
+def test_validate_never_finds_a_module_only_in_the_working_directory(tmp_path: Path) -> None:
+    study = _rule_study(tmp_path / "study", "cwd_only_trainer")
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    (workdir / "cwd_only_trainer.py").write_text("def run(config, ctx):\n    return {}\n")
+
+    result = run_cli("validate", study, cwd=workdir)
+
+    assert result.code == EXIT_BAD_INPUT, result
+    message = result.err
+    assert message.startswith(f"error: {study}:") and message.count("\n") == 1, message
+    assert ": trainer.entrypoint: module 'cwd_only_trainer'" in message, message
+    assert "cannot be found" in message and "never from the working directory" in message

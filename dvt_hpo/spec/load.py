@@ -11,6 +11,7 @@ field, the rule and the value. Loading writes nothing anywhere.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from dvt_hpo.spec.trainer import read_trainer
 from dvt_hpo.spec.trials import read_trials
 from dvt_hpo.storage import redact_url
 
-__all__ = ["SECTIONS", "load_spec", "spec_to_dict"]
+__all__ = ["SECTIONS", "entrypoint_origin", "load_spec", "spec_to_dict"]
 
 SECTIONS = ("study", "objective", "trials", "batch_size", "trainer", "search_space", "tracking")
 
@@ -106,7 +107,7 @@ def _check_runnable(
     from dvt_hpo.storage import check_storage_driver
 
     module = entrypoint.partition(":")[0]
-    if not import_path.find_module(module, folder):
+    if entrypoint_origin(entrypoint, folder) is None:
         raise doc.error(
             ("trainer", "entrypoint"),
             f"module {module!r} of the entry point {entrypoint!r} cannot be found: trials "
@@ -124,6 +125,23 @@ def _check_runnable(
         split_devices(trials.devices, trials.parallel, nproc_per_node=trials.nproc_per_node)
     except SpecError as exc:
         raise doc.error(("trials", "devices"), exc.message) from None
+
+
+def entrypoint_origin(entrypoint: str, study_dir: Path) -> str | None:
+    """Where trials import the entry point's module from (its file), by the one rule of
+    :mod:`dvt_hpo.import_path`; ``None`` when it cannot be found. Nothing is imported but its
+    parent packages, as :func:`importlib.util.find_spec` does."""
+    module = entrypoint.partition(":")[0]
+    with import_path.study_imports(study_dir):
+        try:
+            found = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            return None
+    if found is None:
+        return None
+    if found.origin in (None, "namespace"):
+        return ", ".join(found.submodule_search_locations or ()) or module
+    return found.origin
 
 
 def _plain(value: Any) -> Any:

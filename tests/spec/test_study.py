@@ -124,6 +124,29 @@ def test_missing_sampler_package_is_named(
         load_spec(write(study_with("  sampler: gp")))
 
 
+def test_max_failures_share_is_of_n_trials(write: Callable[..., Path]) -> None:
+    spec = load_spec(write(study_with("  n_trials: 10", "  max_failures: 0.3")))
+    assert spec.study.max_failures == 0.3 and spec.study.n_trials == 10
+    assert load_spec(write(study_with("  max_failures: 3"))).study.max_failures == 3
+    with pytest.raises(SpecError, match=r"a share of study.n_trials: the run stops after"):
+        load_spec(write(study_with("  n_trials: 10", "  max_failures: 1.5")))
+
+
+def test_defaults_are_filled_once_by_the_spec(write: Callable[..., Path], tmp_path: Path) -> None:
+    spec = load_spec(write(study_with("  heartbeat_interval_s: 4")))
+    assert spec.study.grace_period_s == 8 and isinstance(spec.study.grace_period_s, int)
+    spec = load_spec(write(study_with("  grace_period_s: null")))
+    assert spec.study.grace_period_s == 20
+    assert spec.trials.runs_dir == tmp_path.resolve() / "runs" / "s"
+    assert spec.trials.runs_dir.is_absolute()
+    # TPE samples parallel trials with constant_liar unless the study says otherwise.
+    parallel = BASE + "trials: {parallel: 2}\n"
+    assert load_spec(write(parallel)).study.sampler.kwargs == {"constant_liar": True}
+    spec = load_spec(write(parallel), ["study.sampler={kind: tpe, constant_liar: false}"])
+    assert spec.study.sampler.kwargs == {"constant_liar": False}
+    assert load_spec(write(BASE)).study.sampler.kwargs == {}
+
+
 # fmt: off
 BAD_STUDY = [
     case("study-unknown-key", study_with("  n_trails: 3"), 3, "study.n_trails",
@@ -141,6 +164,9 @@ BAD_STUDY = [
          "must be a number > 0 or null, got -5"),
     case("max-failures-ratio", study_with("  max_failures: 1.5"), 3, "study.max_failures",
          "a float in (0, 1)", "got 1.5"),
+    case("max-failures-share-without-n-trials", study_with("  max_failures: 0.5"), 3,
+         "study.max_failures", "a share (0.5) is a share of study.n_trials, which is null",
+         "an integer >= 1"),
     case("grace-below-heartbeat", study_with("  heartbeat_interval_s: 10", "  grace_period_s: 5"),
          4, "study.grace_period_s", "greater than heartbeat_interval_s (10)", "got 5"),
     case("storage-scheme", study_with("  storage: postgres://bob:hunter2@db/x"), 3, "study.storage",

@@ -5,13 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pytest
 import yaml
 
 from dvt_hpo.exceptions import SpecError
-from dvt_hpo.schema import field_type_at, value_fits_type
 from dvt_hpo.train import apply_overrides
 from dvt_hpo.train.config import (
     SchedConfig,
@@ -230,62 +229,7 @@ def test_overrides_parse_yaml_values_and_reject_unknown_paths() -> None:
     assert info.value.field == "data.batch_size"
 
 
-def test_field_type_at_walks_sections_free_dicts_and_optionals() -> None:
-    assert field_type_at(TrainerConfig, "epochs") is int
-    assert field_type_at(TrainerConfig, "optim.optim_args.lr") is Any
-    assert field_type_at(TrainerConfig, "model.kwargs.width") is Any
-    assert field_type_at(TrainerConfig, "optim.weight_decay") is float
-    assert field_type_at(TrainerConfig, "sched.warmup.steps") == int | None
-    assert field_type_at(TrainerConfig, "precision.amp_dtype") == Literal["fp16", "bf16", "fp32"]
-    assert field_type_at(TrainerConfig, "data.image_size") == int | None
-
-
-@pytest.mark.parametrize(
-    ("path", "words"),
-    [
-        ("optim.lr", ["no field 'lr' in optim", "'optim_args.lr'"]),
-        ("sched.warmpu.steps", ["did you mean 'warmup'"]),
-        ("epochs.x", ["'epochs' is int and has no sub-key 'x'"]),
-        ("", ["empty path"]),
-    ],
-)
-def test_field_type_at_unknown_paths(path: str, words: list[str]) -> None:
-    with pytest.raises(KeyError) as info:
-        field_type_at(TrainerConfig, path)
-    for word in words:
-        assert word in str(info.value)
-
-
-@pytest.mark.parametrize(
-    ("value", "tp", "fits"),
-    [
-        (3, float, True),
-        (3.5, float, True),
-        (True, float, False),
-        (True, int, False),
-        (3, int, True),
-        (3.0, int, False),
-        (None, int | None, True),
-        (None, int, False),
-        ("bf16", Literal["fp16", "bf16"], True),
-        ("fp8", Literal["fp16", "bf16"], False),
-        (True, Literal[1], False),
-        ("x", str, True),
-        (1, str, False),
-        ([1, 2], list[int], True),
-        ([1, "a"], list[int], False),
-        ((1, 2), tuple[int, ...], True),
-        ({"a": 1}, Any, True),
-        (object(), Any, False),
-        ({"a": 1.5}, dict[str, float], True),
-        ({"builder": "mlp"}, field_type_at(TrainerConfig, "model"), True),
-        ({"builder": 3}, field_type_at(TrainerConfig, "model"), False),
-    ],
-)
-def test_value_fits_type(value: Any, tp: Any, fits: bool) -> None:
-    assert value_fits_type(value, tp) is fits
-
-
+@pytest.mark.processes
 def test_importing_the_package_and_config_does_not_import_torch() -> None:
     code = (
         "import sys, dvt_hpo.train, dvt_hpo.train.config, dvt_hpo.schema; "
