@@ -232,6 +232,7 @@ def test_bad_study_message_names_file_line_and_field(
     assert result.err.startswith(f"error: study.yaml:{bad.line}: {bad.field}"), result.err
 
 
+@pytest.mark.processes
 def test_validate_good_study_prints_one_summary_line(
     write_study: Callable[..., Path], tmp_path: Path
 ) -> None:
@@ -508,6 +509,7 @@ def ran_studies(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RanStudies
     yield RanStudies(proc, json.loads(last) if last.startswith("{") else {}, digits_file)
 
 
+@pytest.mark.processes
 def test_run_study_returns_the_study_and_never_imports_torch(ran_studies: RanStudies) -> None:
     proc, report = ran_studies.proc, ran_studies.report
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -534,6 +536,7 @@ def test_run_study_rejects_a_missing_entry_point_before_writing(
     assert listing(tmp_path) == before
 
 
+@pytest.mark.processes
 def test_best_export_then_train_round_trip(
     ran_studies: RanStudies, cli: Callable[..., Result], tmp_path: Path
 ) -> None:
@@ -563,6 +566,29 @@ def test_best_export_then_train_round_trip(
     assert trained.code == EXIT_OK, trained.err
     assert re.search(r"^epoch 0: .*macro_f1=", trained.out, re.MULTILINE), trained.out
     assert (output_dir / "checkpoints" / "last.pt").is_file()
+
+
+def test_train_reads_yaml_numbers_as_the_study_file_does(
+    cli: Callable[..., Result], tmp_path: Path
+) -> None:
+    # `weight_decay: 1e-4` was read as the string '1e-4' and refused.
+    config = tmp_path / "t.yaml"
+    config.write_text(
+        "epochs: 1\noutput_dir: out\ndata: {max_samples: 120, batch_size: 32}\n"
+        "model: {builder: mlp, kwargs: {width: 8}}\n"
+        "optim:\n  weight_decay: 1e-4\n  optim_args: {lr: 1e-2}\n"
+        "checkpoint: {enable_checkpointing: false}\ndevices: {device: cpu}\n"
+    )
+
+    result = cli("train", "t.yaml", "--set", "optim.weight_decay=2e-4", cwd=tmp_path)
+
+    assert result.code == EXIT_OK, result.err
+    assert re.search(r"^epoch 0: .*macro_f1=", result.out, re.MULTILINE), result.out
+
+    bad = cli("train", "t.yaml", "--set", "optim.weight_decay=lots", cwd=tmp_path)
+
+    assert bad.code == EXIT_BAD_INPUT
+    assert bad.err.startswith("error: <--set>: optim.weight_decay: expected float"), bad.err
 
 
 # ---------------------------------------------------------------------------------------------

@@ -134,6 +134,7 @@ def test_loading_writes_nothing(write: Callable[..., Path], tmp_path: Path) -> N
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.processes
 def test_loading_does_not_import_torch(write: Callable[..., Path]) -> None:
     path = write(GOOD.replace("kind: tpe", "kind: gp"))
     code = (

@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 from test_trainer import KEYS, evaluate_checkpoint
 
+pytestmark = pytest.mark.processes  # torchrun with two ranks
+
 SCRIPT = Path(__file__).with_name("ddp_script.py")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
