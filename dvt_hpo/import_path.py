@@ -32,8 +32,13 @@ def child_pythonpath(study_dir: Path, env: Mapping[str, str] | None = None) -> s
 
 
 def _without_cwd(path: list[str]) -> list[str]:
+    """``path`` less the working directory, unless ``PYTHONPATH`` names it: a folder the user
+    put on ``PYTHONPATH`` is on the trials' path too (:func:`search_path`), wherever it is."""
     cwd = os.getcwd()
-    return [p for p in path if p not in ("", ".") and os.path.abspath(p) != cwd]
+    named = {os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+    return [
+        p for p in path if p != "" and (os.path.abspath(p) != cwd or os.path.abspath(p) in named)
+    ]
 
 
 @contextlib.contextmanager
