@@ -12,10 +12,12 @@ from typing import Any
 import optuna
 import pytest
 
-from dvt_hpo.launch import wait_gone
-from dvt_hpo.runner import StudyRunner, StudyStopped, reduce_history
+from dvt_hpo.process_tree import wait_gone
 from dvt_hpo.spec import load_spec
+from dvt_hpo.study_loop import StudyRunner, StudyStopped
 from tests.conftest import toy_study
+
+pytestmark = pytest.mark.processes
 
 State = optuna.trial.TrialState
 
@@ -29,14 +31,6 @@ def toy(name: str, actions: list[dict[str, Any]], **sections: Any) -> dict[str, 
     doc = toy_study(name, **sections)
     doc["trainer"]["config"] = {**doc["trainer"]["config"], "actions": actions}
     return doc
-
-
-def test_reduce_history_best_and_last() -> None:
-    history = [(0, {"m": 0.2}), (1, {"m": 0.9}), (2, {"m": 0.5, "x": 1.0})]
-    assert reduce_history(history, "m", "maximize", "best") == 0.9
-    assert reduce_history(history, "m", "minimize", "best") == 0.2
-    assert reduce_history(history, "m", "maximize", "last") == 0.5
-    assert reduce_history(history, "absent", "maximize", "best") is None
 
 
 @pytest.mark.parametrize(("reduce", "expected"), [("best", 0.9), ("last", 0.4)])
