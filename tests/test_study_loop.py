@@ -1,13 +1,17 @@
-"""The study loop's observers, on a real small study: complete, failed and pruned trials."""
+"""The study loop with real trial processes (the torch-free toy entry point)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import textwrap
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import optuna
 import pytest
 
 from dvt_hpo.events import (
@@ -18,9 +22,263 @@ from dvt_hpo.events import (
     TrialReported,
     TrialStarted,
 )
+from dvt_hpo.process_tree import wait_gone
 from dvt_hpo.spec import load_spec
-from dvt_hpo.study_loop import StudyRunner
+from dvt_hpo.study_loop import StudyRunner, StudyStopped
 from tests.conftest import toy_study
+
+pytestmark = pytest.mark.processes
+
+State = optuna.trial.TrialState
+
+
+def run(path: Path, *overrides: str, lines: list[str] | None = None) -> optuna.Study:
+    out = lines.append if lines is not None else (lambda line: None)
+    return StudyRunner(load_spec(path, overrides), out=out).run()
+
+
+def toy(name: str, actions: list[dict[str, Any]], **sections: Any) -> dict[str, Any]:
+    doc = toy_study(name, **sections)
+    doc["trainer"]["config"] = {**doc["trainer"]["config"], "actions": actions}
+    return doc
+
+
+@pytest.mark.parametrize(("reduce", "expected"), [("best", 0.9), ("last", 0.4)])
+def test_objective_is_reduced_over_the_streamed_history(
+    write_study: Callable[..., Path], unique_name: str, reduce: str, expected: float
+) -> None:
+    doc = toy(unique_name, [{"do": "curve", "values": [0.1, 0.9, 0.4]}])
+    doc["objective"]["reduce"] = reduce
+    lines: list[str] = []
+    study = run(write_study(doc), lines=lines)
+    trials = study.get_trials(states=(State.COMPLETE,))
+    assert len(trials) == 2
+    for t in trials:
+        assert t.value == pytest.approx(expected)
+        assert t.intermediate_values == {0: 0.1, 1: 0.9, 2: 0.4}
+        assert t.user_attrs["status"] == "ok"
+        assert t.user_attrs["epochs_reported"] == 3
+        assert Path(t.user_attrs["log_dir"]).is_dir()
+    assert study.metric_names == ["score"]
+    assert sum("COMPLETE" in line for line in lines) == 2
+    assert any(line.startswith("best trial") for line in lines)
+
+
+def test_a_trial_that_never_reports_the_metric_fails_listing_what_it_reported(
+    write_study: Callable[..., Path], unique_name: str
+) -> None:
+    doc = toy(unique_name, [{"do": "report", "step": 0, "metrics": {"acc": 0.5, "loss": 1.0}}])
+    doc["study"]["n_trials"] = 1
+    study = run(write_study(doc))
+    (trial,) = study.trials
+    assert trial.state == State.FAIL
+    assert "'score' was never reported" in trial.user_attrs["reason"]
+    assert "['acc', 'loss']" in trial.user_attrs["reason"]
+
+
+FAULTS = {
+    "raise": (
+        [{"do": "raise", "type": "ValueError", "message": "bad shape 3x4"}],
+        {},
+        "ValueError: bad shape 3x4",
+    ),
+    "exit": ([{"do": "exit", "code": 7}], {}, "exit code 7"),
+    "segfault": ([{"do": "segfault"}], {}, "SIGSEGV"),
+    "timeout": ([{"do": "sleep", "seconds": 60}], {"timeout_s": 1.5}, "timed out after"),
+    "memory": (
+        [{"do": "allocate", "bytes": 3 * 2**30}],
+        {"memory_limit": "1GiB"},
+        "MemoryError",
+    ),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_faults_are_recorded_and_the_study_goes_on(
+    write_study: Callable[..., Path], unique_name: str, fault: str
+) -> None:
+    actions, trials_section, reason = FAULTS[fault]
+    doc = toy(unique_name, [{"do": "curve", "values": [0.5]}], trials={"stop_grace_s": 1})
+    doc["trials"].update(trials_section)
+    doc["trainer"]["entrypoint"] = "tests.entrypoints.switch:run"
+    doc["trainer"]["config"].update(fault=False, fault_actions=actions)
+    doc["search_space"] = [
+        {"name": "fault", "path": "fault", "kind": "categorical", "choices": [True, False]}
+    ]
+    spec = load_spec(write_study(doc))
+    # The first trial faults, the second completes: the study goes on.
+    study = optuna.create_study(
+        storage=spec.study.storage, study_name=unique_name, direction="maximize"
+    )
+    study.enqueue_trial({"fault": True})
+    study.enqueue_trial({"fault": False})
+    StudyRunner(spec, out=lambda line: None).run()
+    failed, ok = sorted(study.trials, key=lambda t: t.number)
+    assert failed.state == State.FAIL, failed.user_attrs
+    assert reason in failed.user_attrs["reason"], failed.user_attrs
+    assert Path(failed.user_attrs["log_dir"], "stderr.log").is_file()
+    assert ok.state == State.COMPLETE and ok.value == 0.5
+
+
+def test_stderr_tail_and_traceback_are_kept(
+    write_study: Callable[..., Path], unique_name: str
+) -> None:
+    doc = toy(unique_name, [{"do": "raise", "message": "boom"}])
+    doc["study"]["n_trials"] = 1
+    (trial,) = run(write_study(doc)).trials
+    assert "RuntimeError: boom" in trial.user_attrs["reason"]
+    assert "toy.py" in trial.user_attrs["traceback"]
+    assert trial.user_attrs["status"] == "failed"
+
+
+def test_max_failures_stops_a_study_whose_trials_keep_failing(
+    write_study: Callable[..., Path], unique_name: str
+) -> None:
+    doc = toy(unique_name, [{"do": "raise", "message": "broken entry point"}])
+    doc["study"].update(n_trials=10, max_failures=2)
+    lines: list[str] = []
+    with pytest.raises(StudyStopped, match=r"max_failures=2.*broken entry point"):
+        run(write_study(doc), lines=lines)
+    study = optuna.load_study(
+        study_name=unique_name, storage=load_spec(write_study(doc)).study.storage
+    )
+    assert len(study.trials) == 2
+
+
+def test_a_pruned_trial_stops_at_the_pruned_step_and_its_processes_are_gone(
+    write_study: Callable[..., Path], unique_name: str
+) -> None:
+    doc = toy(
+        unique_name,
+        [{"do": "spawn", "seconds": 120}, {"do": "curve", "values": [0.1, 0.1, 0.1, 0.1]}],
+    )
+    doc["study"]["n_trials"] = 1
+    doc["study"]["pruner"] = {"kind": "threshold", "lower": 0.5}
+    (trial,) = run(write_study(doc)).trials
+    assert trial.state == State.PRUNED
+    # The bounded hand-off: the trial never trained (reported) past the pruned step.
+    assert trial.intermediate_values == {0: 0.1}
+    assert trial.user_attrs["pruned_step"] == 0
+    child = trial.user_attrs["child_pid"]
+    assert wait_gone([child], timeout_s=5), "the trial's child process outlived the prune"
+
+
+def test_parallel_trials_run_at_the_same_time(
+    write_study: Callable[..., Path], unique_name: str, tmp_path: Path
+) -> None:
+    fifo = tmp_path / "meet"
+    os.mkfifo(fifo)
+    doc = toy(unique_name, [], trials={"parallel": 2, "devices": "cpu", "timeout_s": 20})
+    doc["trainer"] = {
+        "entrypoint": "tests.entrypoints.meet:run",
+        "config": {"fifo": str(fifo), "x": 0.0},
+    }
+    study = run(write_study(doc))
+    assert [t.state for t in study.trials] == [State.COMPLETE, State.COMPLETE]
+    for t in study.trials:
+        assert t.user_attrs["cuda"] == ""  # devices: cpu hides GPUs from the trial
+        assert int(t.user_attrs["omp"]) >= 1
+
+
+def test_resume_runs_only_the_remaining_trials(
+    write_study: Callable[..., Path], unique_name: str
+) -> None:
+    doc = toy(unique_name, [{"do": "curve", "values": [0.3]}])
+    doc["study"]["n_trials"] = 3
+    path = write_study(doc)
+    first = run(path, "study.n_trials=2")
+    assert len(first.trials) == 2
+    before = {t.number: (t.value, t.datetime_complete) for t in first.trials}
+    lines: list[str] = []
+    second = run(path, lines=lines)
+    assert len(second.trials) == 3
+    assert sum(" COMPLETE " in line for line in lines) == 1
+    assert {t.number: (t.value, t.datetime_complete) for t in second.trials[:2]} == before
+    lines.clear()
+    third = run(path, lines=lines)
+    assert len(third.trials) == 3
+    assert any("nothing to run" in line for line in lines)
+
+
+def test_a_changed_search_space_is_refused_unless_allowed(
+    write_study: Callable[..., Path], unique_name: str
+) -> None:
+    from dvt_hpo.exceptions import SpecError
+
+    doc = toy(unique_name, [{"do": "curve", "values": [0.3]}])
+    doc["study"]["n_trials"] = 1
+    path = write_study(doc)
+    run(path)
+    with pytest.raises(SpecError, match=r"search space differs.*x") as info:
+        run(path, "search_space[0].high=5.0", "study.n_trials=2")
+    assert "--allow-space-change" in str(info.value)
+    spec = load_spec(path, ["search_space[0].high=5.0", "study.n_trials=2"])
+    study = StudyRunner(spec, allow_space_change=True, out=lambda line: None).run()
+    assert len(study.trials) == 2
+
+
+def test_two_workers_on_postgres_share_the_budget_exactly(
+    postgres_url: str, write_study: Callable[..., Path], unique_name: str
+) -> None:
+    doc = toy(unique_name, [{"do": "curve", "values": [0.1, 0.2]}])
+    doc["study"].update(storage=postgres_url, n_trials=6)
+    path = write_study(doc)
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "dvt_hpo", "run", str(path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    try:
+        outputs = [w.communicate(timeout=120)[0] for w in workers]
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+    try:
+        assert [w.returncode for w in workers] == [0, 0], outputs
+        study = optuna.load_study(study_name=unique_name, storage=postgres_url)
+        complete = study.get_trials(states=(State.COMPLETE,))
+        assert len(complete) == 6
+        # Each worker ran some; any extra trial ask raced for was closed as over budget.
+        extra = [t for t in study.trials if t.user_attrs.get("status") == "over-budget"]
+        assert len(study.trials) == 6 + len(extra)
+        assert "password" not in "".join(outputs)
+    finally:
+        optuna.delete_study(study_name=unique_name, storage=postgres_url)
+
+
+def test_journal_storage_recovers_a_stale_trial_with_its_params(
+    write_study: Callable[..., Path], unique_name: str, tmp_path: Path
+) -> None:
+    # Optuna's journal storage has no heartbeat table; the runner keeps the same rule on a
+    # trial attr. A RUNNING trial whose last beat is older than the grace period is a trial
+    # whose orchestrator died.
+    import time
+
+    from dvt_hpo.storage import open_storage
+
+    doc = toy(unique_name, [{"do": "curve", "values": [0.7]}])
+    doc["study"].update(storage=f"journal:///{tmp_path}/study.log", n_trials=1)
+    path = write_study(doc)
+    storage = open_storage(load_spec(path).study.storage)
+    study = optuna.create_study(storage=storage, study_name=unique_name, direction="maximize")
+    dead = study.ask()
+    x = dead.suggest_float("x", 0.0, 1.0)
+    storage.set_trial_system_attr(dead._trial_id, "dvt_hpo:heartbeat", time.time() - 100)
+
+    study = run(path)
+    first, retry = study.trials
+    assert first.state == State.FAIL
+    assert retry.state == State.COMPLETE and retry.params == {"x": x}
+    assert retry.system_attrs["retry_history"] == [0]
+
+
+# -- observers ---------------------------------------------------------------------------
+
 
 # Trial 0 completes, trial 1 raises, trial 2 is pruned at its first report (score < 0.5).
 THREE_FATES = """
@@ -76,7 +334,6 @@ def of(events: list[Any], kind: type) -> list[Any]:
     return [e for e in events if isinstance(e, kind)]
 
 
-@pytest.mark.processes
 def test_observers_see_the_study_and_a_broken_one_costs_only_warnings(
     write_study: Callable[..., Path], unique_name: str, tmp_path: Path
 ) -> None:
