@@ -116,6 +116,18 @@ def _metrics(step: Any, metrics: Mapping[str, Any]) -> tuple[int, dict[str, floa
     return step, clean
 
 
+def _batch_size_spec(data: Mapping[str, Any]) -> BatchSizeSpec:
+    """A ``batch_size`` section given as a plain mapping (by hand, outside a study): its keys
+    and types are checked here; the search checks its bounds when it runs."""
+    from dvt_hpo.protocol import check_fields
+    from dvt_hpo.spec import BatchSizeSpec
+
+    values = check_fields(BatchSizeSpec, data, "batch_size", TypeError)
+    if "memory_keys" in values:
+        values["memory_keys"] = tuple(values["memory_keys"])
+    return BatchSizeSpec(**values)
+
+
 def _format_value(value: float) -> str:
     return f"{value:.4g}" if abs(value) < 1e4 else f"{value:.6g}"
 
@@ -382,7 +394,7 @@ class LocalContext(_BaseContext):
     def __init__(
         self,
         *,
-        batch_size: BatchSizeSpec | None = None,
+        batch_size: BatchSizeSpec | Mapping[str, Any] | None = None,
         params: Mapping[str, Any] | None = None,
         trial_dir: str | os.PathLike[str] | None = None,
         trial_number: int | None = None,
@@ -390,6 +402,8 @@ class LocalContext(_BaseContext):
         env: Mapping[str, str] | None = None,
     ) -> None:
         rank, local_rank, world_size = distributed_env(env)
+        if isinstance(batch_size, Mapping):
+            batch_size = _batch_size_spec(batch_size)
         super().__init__(
             trial_number=trial_number,
             params=params,
