@@ -109,4 +109,5 @@ def test_trials_import_from_the_study_folder_never_the_working_directory(
     assert entries[0] == str(study_dir)
     assert str(elsewhere) not in entries and os.getcwd() not in entries
     # The user's own PYTHONPATH (here: the repo, for tests.entrypoints) follows.
-    assert entries[1:] == [e for e in os.environ["PYTHONPATH"].split(os.pathsep) if e]
+    user = [e for e in os.environ["PYTHONPATH"].split(os.pathsep) if e]
+    assert entries[1:] == [e for i, e in enumerate(user) if e not in user[:i]]
