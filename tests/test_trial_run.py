@@ -111,3 +111,24 @@ def test_trials_import_from_the_study_folder_never_the_working_directory(
     # The user's own PYTHONPATH (here: the repo, for tests.entrypoints) follows.
     user = [e for e in os.environ["PYTHONPATH"].split(os.pathsep) if e]
     assert entries[1:] == [e for i, e in enumerate(user) if e not in user[:i]]
+
+
+@pytest.mark.processes
+def test_a_trial_speaking_another_protocol_version_fails_once_with_the_reason(
+    write_study: Callable[..., Path], unique_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dvt_hpo import protocol
+
+    # This orchestrator now speaks version N+1; the trial process (a fresh interpreter) N.
+    monkeypatch.setattr(protocol, "PROTOCOL_VERSION", protocol.PROTOCOL_VERSION + 1)
+    doc = toy_study(unique_name, study={"n_trials": 1})
+    doc["trainer"]["config"] = {"actions": [{"do": "sleep", "seconds": 60}]}
+    study = run_study(write_study(doc), out=lambda line: None)
+    (trial,) = study.trials  # failed, and not retried: rerunning cannot help
+    assert trial.state.name == "FAIL"
+    reason = trial.user_attrs["reason"]
+    assert reason.startswith(
+        f"the trial process speaks dvt-hpo protocol {protocol.PROTOCOL_VERSION - 1}, "
+        f"this orchestrator {protocol.PROTOCOL_VERSION}"
+    ), reason
+    assert trial.user_attrs["duration_s"] < 30  # cut off at hello, not after its sleep
