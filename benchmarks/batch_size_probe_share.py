@@ -125,8 +125,8 @@ def synthetic_study(limit_bytes: int) -> tuple[dict[str, Any], list[dict[str, An
 def run(folder: Path, doc: dict[str, Any], enqueue: list[dict[str, Any]]) -> list[Any]:
     import optuna
 
-    from dvt_hpo.runner import StudyRunner
     from dvt_hpo.spec import load_spec
+    from dvt_hpo.study_loop import StudyRunner
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     path = folder / f"{doc['study']['name']}.yaml"

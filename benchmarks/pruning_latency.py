@@ -6,17 +6,17 @@ trial's processes are gone.
     python benchmarks/pruning_latency.py --postgres postgresql://user@host/db
     python benchmarks/pruning_latency.py --no-postgres
 
-A study runs through :class:`dvt_hpo.runner.StudyRunner` (the same code as ``dvt-hpo run``),
+A study runs through :class:`dvt_hpo.study_loop.StudyRunner` (the same code as ``dvt-hpo run``),
 one ``python -m dvt_hpo.worker`` process per trial, on ``benchmarks/latency_entrypoint.py``:
 each trial reports ``--steps`` values of a curve that rises with its sampled ``x``, and a median
 pruner prunes the weaker ones. Measured:
 
 - **report -> decision, trial side**: from the trial's ``ctx.report`` call to its receipt of the
   decision (JSON over the AF_UNIX control socket, the orchestrator's handling, the reply).
-- **decision, orchestrator**: ``TrialRun.decision_times``, from the report's arrival to the
+- **decision, orchestrator**: ``TimedTrialRun.decision_times``, from the report's arrival to the
   decision, i.e. Optuna's ``trial.report`` + ``should_prune`` on the storage.
 - **decision -> exited**: from the orchestrator's prune decision until every process that said
-  hello has exited, watched from outside through pidfds (``launch.wait_gone``).
+  hello has exited, watched from outside through pidfds (``process_tree.wait_gone``).
 - **decision -> gone**: until ``TrialProcess`` saw the whole process group gone (its
   ``gone_s``: after the leader exited and the rest of its group was killed and awaited).
 
@@ -48,7 +48,8 @@ except ImportError:  # run from a checkout without installing the package
 
 import yaml  # noqa: E402
 
-from dvt_hpo import launch, runner  # noqa: E402
+from dvt_hpo import process_tree, study_loop, trial_run  # noqa: E402
+from dvt_hpo.protocol import Hello  # noqa: E402
 from dvt_hpo.spec import load_spec  # noqa: E402
 from dvt_hpo.storage import redact_url, unreachable_reason  # noqa: E402
 
@@ -59,7 +60,7 @@ REPORT_GOAL_S = 0.050
 GONE_GOAL_S = 1.0
 
 
-class TimedTrialRun(runner.TrialRun):
+class TimedTrialRun(trial_run.TrialRun):
     """A TrialRun that also notes the ranks' pids, the moment it decided to prune, and when
     those pids had all exited (watched from outside, through pidfds)."""
 
@@ -70,21 +71,24 @@ class TimedTrialRun(runner.TrialRun):
         self.pids: list[int] = []
         self.prune_decided_s: float | None = None
         self.exited_outside_s: float | None = None
+        self.decision_times: list[float] = []
         TimedTrialRun.instances.append(self)
 
-    def on_hello(self, rank: int, pid: int, host: str) -> None:
-        self.pids.append(pid)
-        super().on_hello(rank, pid, host)
+    def on_hello(self, hello: Hello) -> None:
+        self.pids.append(hello.pid)
+        super().on_hello(hello)
 
     def on_report(self, step: int, metrics: dict[str, float]) -> bool:
+        received = time.perf_counter()
         prune = super().on_report(step, metrics)
+        self.decision_times.append(time.perf_counter() - received)
         if prune and self.prune_decided_s is None:
             self.prune_decided_s = time.perf_counter()
             threading.Thread(target=self._watch_exit, daemon=True).start()
         return prune
 
     def _watch_exit(self) -> None:
-        if launch.wait_gone(list(self.pids), 30.0):
+        if process_tree.wait_gone(list(self.pids), 30.0):
             self.exited_outside_s = time.perf_counter()
 
 
@@ -139,14 +143,14 @@ def run_one(args: argparse.Namespace, storage: str, label: str, folder: Path) ->
     spec = load_spec(path)
     lines: list[str] = []
     TimedTrialRun.instances = []
-    original = runner.TrialRun
-    runner.TrialRun = TimedTrialRun  # type: ignore[misc]  # StudyRunner._launch builds these
+    original = study_loop.TrialRun
+    study_loop.TrialRun = TimedTrialRun  # type: ignore[misc]  # StudyRunner._launch builds these
     began = time.perf_counter()
     try:
-        study_runner = runner.StudyRunner(spec, out=lines.append if not args.verbose else None)
+        study_runner = study_loop.StudyRunner(spec, out=lines.append if not args.verbose else None)
         study_runner.run()
     finally:
-        runner.TrialRun = original  # type: ignore[misc]
+        study_loop.TrialRun = original  # type: ignore[misc]
     measured = Measured(storage=redact_url(storage), wall_s=time.perf_counter() - began)
     for run in TimedTrialRun.instances:
         measured.trials += 1

@@ -13,10 +13,10 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from dvt_hpo.context import TrialContext
-    from dvt_hpo.runner import run_study
+    from dvt_hpo.study_loop import run_study
 
 _LAZY = {
-    "run_study": ("dvt_hpo.runner", "run_study"),
+    "run_study": ("dvt_hpo.study_loop", "run_study"),
     "TrialContext": ("dvt_hpo.context", "TrialContext"),
     "load_spec": ("dvt_hpo.spec", "load_spec"),
 }

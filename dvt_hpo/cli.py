@@ -66,8 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from dvt_hpo.runner import StudyRunner
     from dvt_hpo.spec import load_spec
+    from dvt_hpo.study_loop import StudyRunner
 
     spec = load_spec(args.study, args.overrides, check_runnable=True)
     StudyRunner(spec, allow_space_change=args.allow_space_change).run()
@@ -95,7 +95,7 @@ def _cmd_best(args: argparse.Namespace) -> int:
     import optuna
     import yaml
 
-    from dvt_hpo.runner import best_config
+    from dvt_hpo.best import best_config
     from dvt_hpo.spec import load_spec
     from dvt_hpo.storage import journal_path, open_storage, redact_url, sqlite_path
 

@@ -16,11 +16,14 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from dvt_hpo.batch_size import Probe, ProbeRecord, SearchResult, find_batch_size
+from dvt_hpo.control_client import ControlClient
 from dvt_hpo.exceptions import BatchSizeError, TrialPruned
-from dvt_hpo.protocol import ControlClient
+
+if TYPE_CHECKING:
+    from dvt_hpo.spec import BatchSizeSpec
 
 CacheStatus = Literal["hit", "miss", "stale", "off"]
 
@@ -36,55 +39,6 @@ class TrialStopped(BaseException):
     def __init__(self, signal_name: str = "SIGTERM") -> None:
         self.signal_name = signal_name
         super().__init__(f"trial stopped by {signal_name}")
-
-
-@dataclass(frozen=True)
-class BatchSizeSettings:
-    """The ``batch_size`` section of a payload (see docs/protocol.md)."""
-
-    auto: bool = False
-    min: int = 1
-    max: int = 1024
-    start: int | None = None
-    multiple_of: int = 1
-    tolerance: float = 0.02
-    effective: int | None = None
-    path: str = "data.batch_size"
-    accumulate_path: str = "precision.accumulate_steps"
-    cache_key: str | None = None
-
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, Any] | None) -> BatchSizeSettings | None:
-        """Settings from a payload's ``batch_size`` object (None stays None)."""
-        if data is None:
-            return None
-        if not isinstance(data, Mapping):
-            raise TypeError(f"batch_size must be an object, got {data!r}")
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"batch_size has unknown keys {unknown}; allowed: {sorted(known)}")
-        settings = cls(**dict(data))
-        settings.validate()
-        return settings
-
-    def validate(self) -> None:
-        for name in ("min", "max", "multiple_of"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"batch_size.{name} must be an int >= 1, got {value!r}")
-        if self.max < self.min:
-            raise ValueError(f"batch_size.max={self.max} must be >= batch_size.min={self.min}")
-        if self.start is not None and not self.min <= self.start <= self.max:
-            raise ValueError(
-                f"batch_size.start={self.start} must lie in [min={self.min}, max={self.max}]"
-            )
-        if self.effective is not None and (
-            isinstance(self.effective, bool)
-            or not isinstance(self.effective, int)
-            or self.effective < 1
-        ):
-            raise ValueError(f"batch_size.effective must be an int >= 1, got {self.effective!r}")
 
 
 @dataclass(frozen=True)
@@ -162,6 +116,18 @@ def _metrics(step: Any, metrics: Mapping[str, Any]) -> tuple[int, dict[str, floa
     return step, clean
 
 
+def _batch_size_spec(data: Mapping[str, Any]) -> BatchSizeSpec:
+    """A ``batch_size`` section given as a plain mapping (by hand, outside a study): its keys
+    and types are checked here; the search checks its bounds when it runs."""
+    from dvt_hpo.protocol import check_fields
+    from dvt_hpo.spec import BatchSizeSpec
+
+    values = check_fields(BatchSizeSpec, data, "batch_size", TypeError)
+    if "memory_keys" in values:
+        values["memory_keys"] = tuple(values["memory_keys"])
+    return BatchSizeSpec(**values)
+
+
 def _format_value(value: float) -> str:
     return f"{value:.4g}" if abs(value) < 1e4 else f"{value:.6g}"
 
@@ -178,9 +144,11 @@ class _BaseContext:
         local_rank: int,
         world_size: int,
         trial_dir: str | os.PathLike[str] | None,
-        batch_size: BatchSizeSettings | None,
+        batch_size: BatchSizeSpec | None,
+        cache_key: str | None = None,
     ) -> None:
         self.trial_number = trial_number
+        self.cache_key = cache_key
         self.params: dict[str, Any] = dict(params or {})
         self.rank = rank
         self.local_rank = local_rank
@@ -272,8 +240,8 @@ class _BaseContext:
         cached: int | None = None
         key: str | None = None
         status: CacheStatus = "off"
-        if self._cache_enabled() and settings.cache_key:
-            key = cache_entry_key(settings.cache_key, device)
+        if self._cache_enabled() and self.cache_key:
+            key = cache_entry_key(self.cache_key, device)
             cached = self._usable_cached_size(self._cache_get(key), settings)
             status = "miss"
         local: int | None = None
@@ -338,7 +306,7 @@ class _BaseContext:
         return choice
 
     @staticmethod
-    def _usable_cached_size(entry: Any, settings: BatchSizeSettings) -> int | None:
+    def _usable_cached_size(entry: Any, settings: BatchSizeSpec) -> int | None:
         """The cached size when it is valid for these settings (the bounds may have changed
         since it was stored), else None."""
         if not isinstance(entry, Mapping):
@@ -367,7 +335,8 @@ class TrialContext(_BaseContext):
         local_rank: int = 0,
         world_size: int = 1,
         trial_dir: str | os.PathLike[str] | None = None,
-        batch_size: BatchSizeSettings | None = None,
+        batch_size: BatchSizeSpec | None = None,
+        cache_key: str | None = None,
         report_timeout_s: float | None = 60.0,
         study_name: str | None = None,
         warn: TextIO | None = None,
@@ -380,6 +349,7 @@ class TrialContext(_BaseContext):
             world_size=world_size,
             trial_dir=trial_dir,
             batch_size=batch_size,
+            cache_key=cache_key,
         )
         self.client = client
         self.report_timeout_s = report_timeout_s
@@ -387,10 +357,8 @@ class TrialContext(_BaseContext):
         self._warn = warn
 
     def _send_report(self, step: int, metrics: dict[str, float]) -> bool:
-        reply = self.client.request(
-            {"type": "report", "step": step, "metrics": metrics}, self.report_timeout_s
-        )
-        if reply is None:
+        prune = self.client.report(step, metrics, self.report_timeout_s)
+        if prune is None:
             # Pruning is an optimisation: a slow orchestrator must not stall training.
             out = self._warn or sys.stderr
             print(
@@ -400,21 +368,19 @@ class TrialContext(_BaseContext):
                 flush=True,
             )
             return False
-        return bool(reply.get("prune", False))
+        return prune
 
     def _send_attrs(self, attrs: dict[str, Any]) -> None:
-        self.client.send({"type": "attrs", "attrs": attrs})
+        self.client.set_attrs(attrs)
 
     def _cache_enabled(self) -> bool:
         return True
 
     def _cache_get(self, key: str) -> dict[str, Any] | None:
-        reply = self.client.request({"type": "cache_get", "key": key}, self.report_timeout_s)
-        value = reply.get("value") if reply is not None else None
-        return value if isinstance(value, dict) else None
+        return self.client.cache_get(key, self.report_timeout_s)
 
     def _cache_put(self, key: str, value: dict[str, Any]) -> None:
-        self.client.send({"type": "cache_put", "key": key, "value": value})
+        self.client.cache_put(key, value)
 
 
 class LocalContext(_BaseContext):
@@ -428,7 +394,7 @@ class LocalContext(_BaseContext):
     def __init__(
         self,
         *,
-        batch_size: BatchSizeSettings | Mapping[str, Any] | None = None,
+        batch_size: BatchSizeSpec | Mapping[str, Any] | None = None,
         params: Mapping[str, Any] | None = None,
         trial_dir: str | os.PathLike[str] | None = None,
         trial_number: int | None = None,
@@ -436,8 +402,8 @@ class LocalContext(_BaseContext):
         env: Mapping[str, str] | None = None,
     ) -> None:
         rank, local_rank, world_size = distributed_env(env)
-        if batch_size is not None and not isinstance(batch_size, BatchSizeSettings):
-            batch_size = BatchSizeSettings.from_mapping(batch_size)
+        if isinstance(batch_size, Mapping):
+            batch_size = _batch_size_spec(batch_size)
         super().__init__(
             trial_number=trial_number,
             params=params,
@@ -460,7 +426,6 @@ class LocalContext(_BaseContext):
 
 __all__ = [
     "BatchSizeChoice",
-    "BatchSizeSettings",
     "LocalContext",
     "TrialContext",
     "TrialStopped",

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import json
 import os
 import signal
 import socket
@@ -32,15 +31,17 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from dvt_hpo.atomic import write_json_atomic
 from dvt_hpo.batch_size import is_out_of_memory
 from dvt_hpo.context import (
-    BatchSizeSettings,
     LocalContext,
     TrialContext,
     TrialStopped,
     distributed_env,
 )
-from dvt_hpo.exceptions import TrialPruned
+from dvt_hpo.control_client import ControlClient
+from dvt_hpo.exceptions import BatchSizeError, TrialPruned
+from dvt_hpo.payload import PayloadError, TrialPayload
 from dvt_hpo.protocol import (
     ENV_CONTROL,
     ENV_MEMORY_LIMIT,
@@ -50,8 +51,6 @@ from dvt_hpo.protocol import (
     EXIT_OK,
     EXIT_PRUNED,
     EXIT_STOPPED,
-    PROTOCOL_VERSION,
-    ControlClient,
     ControlUnavailable,
 )
 
@@ -66,10 +65,6 @@ _EXIT_GRACE_S = 20.0
 _PR_SET_PDEATHSIG = 1
 
 _reserve: bytearray | None = None
-
-
-class PayloadError(ValueError):
-    """The payload file is missing, not JSON, or does not follow docs/protocol.md."""
 
 
 def _say(message: str) -> None:
@@ -161,41 +156,6 @@ def _ignore_signal(signum: int, frame: Any) -> None:
 # -- step 4 ------------------------------------------------------------------------------
 
 
-def load_payload(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The payload as a dict, checked against docs/protocol.md."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise PayloadError(f"cannot read the payload {os.fspath(path)!r}: {exc}") from None
-    try:
-        payload = json.loads(text)
-    except ValueError as exc:
-        raise PayloadError(f"the payload {os.fspath(path)!r} is not JSON: {exc}") from None
-    if not isinstance(payload, dict):
-        raise PayloadError(f"the payload must be a JSON object, got {type(payload).__name__}")
-    version = payload.get("protocol")
-    if version != PROTOCOL_VERSION:
-        raise PayloadError(
-            f"payload protocol must be {PROTOCOL_VERSION} (this dvt-hpo), got {version!r}"
-        )
-    entrypoint = payload.get("entrypoint")
-    if not isinstance(entrypoint, str) or entrypoint.count(":") != 1:
-        raise PayloadError(f"payload entrypoint must be 'module:function', got {entrypoint!r}")
-    if not isinstance(payload.get("config"), dict):
-        raise PayloadError(f"payload config must be an object, got {payload.get('config')!r}")
-    for name in ("params",):
-        if payload.get(name) is not None and not isinstance(payload[name], dict):
-            raise PayloadError(f"payload {name} must be an object, got {payload[name]!r}")
-    timeout = payload.get("report_timeout_s", 60.0)
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))):
-        raise PayloadError(f"payload report_timeout_s must be a number, got {timeout!r}")
-    try:
-        BatchSizeSettings.from_mapping(payload.get("batch_size"))
-    except (TypeError, ValueError) as exc:
-        raise PayloadError(f"payload {exc}") from None
-    return payload
-
-
 def resolve_entrypoint(spec: str) -> Callable[..., Any]:
     """Import ``module:function`` (the function part may be dotted: ``module:Class.method``)."""
     module_name, _, attr_path = spec.partition(":")
@@ -213,16 +173,6 @@ def resolve_entrypoint(spec: str) -> Callable[..., Any]:
 
 
 # -- step 7 ------------------------------------------------------------------------------
-
-
-def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
-    """Write JSON to a temporary file next to ``path``, fsync, then rename over ``path``."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1, allow_nan=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _type_name(exc: BaseException) -> str:
@@ -248,7 +198,7 @@ def error_result(exc: BaseException, rank: int) -> dict[str, Any]:
     if len(tb) > _MAX_TRACEBACK_CHARS:
         tb = "...\n" + tb[-_MAX_TRACEBACK_CHARS:]
     try:
-        oom = is_out_of_memory(exc)
+        oom = is_out_of_memory(exc) or _search_ran_out_of_memory(exc)
     except Exception:
         oom = isinstance(exc, MemoryError)
     return {
@@ -259,6 +209,14 @@ def error_result(exc: BaseException, rank: int) -> dict[str, Any]:
         "traceback": tb,
         "out_of_memory": oom,
     }
+
+
+def _search_ran_out_of_memory(exc: BaseException) -> bool:
+    """A batch-size search that found no size because its probes ran out of memory (the
+    smallest size did not fit): the memory is the cause, as the probe records say."""
+    return isinstance(exc, BatchSizeError) and any(
+        getattr(record, "oom", False) for record in getattr(exc, "probes", ())
+    )
 
 
 def metrics_of(returned: Any) -> dict[str, float]:
@@ -360,42 +318,42 @@ def main(argv: list[str] | None = None) -> int:
 
         # 4. Payload.
         try:
-            payload = load_payload(payload_path)
+            payload = TrialPayload.read(payload_path)
         except PayloadError as exc:
             _say(str(exc))
             if client is not None:
                 client.close()
             return _exit_soon(EXIT_BAD_PAYLOAD)
-        trial_dir = Path(payload["trial_dir"]) if payload.get("trial_dir") else payload_path.parent
+        trial_dir = Path(payload.trial_dir) if payload.trial_dir else payload_path.parent
 
         # 5. Context.
-        settings = BatchSizeSettings.from_mapping(payload.get("batch_size"))
         if client is not None:
             ctx = TrialContext(
                 client,
-                trial_number=payload.get("trial_number"),
-                params=payload.get("params"),
+                trial_number=payload.trial_number,
+                params=payload.params,
                 rank=rank,
                 local_rank=local_rank,
                 world_size=world_size,
                 trial_dir=trial_dir,
-                batch_size=settings,
-                report_timeout_s=payload.get("report_timeout_s", 60.0),
-                study_name=payload.get("study_name"),
+                batch_size=payload.batch_size,
+                cache_key=payload.cache_key,
+                report_timeout_s=payload.limits.report_timeout_s,
+                study_name=payload.study_name,
             )
         else:
             ctx = LocalContext(
-                batch_size=settings,
-                params=payload.get("params"),
+                batch_size=payload.batch_size,
+                params=payload.params,
                 trial_dir=trial_dir,
-                trial_number=payload.get("trial_number"),
+                trial_number=payload.trial_number,
                 env=env,
             )
 
         # 6. Entry point.
         try:
-            function = resolve_entrypoint(payload["entrypoint"])
-            returned = function(payload["config"], ctx)
+            function = resolve_entrypoint(payload.entrypoint)
+            returned = function(payload.config, ctx)
             metrics = metrics_of(returned)
         finally:
             # From here on a stop must not interrupt writing the result.

@@ -29,11 +29,14 @@ import optuna
 import pytest
 import yaml
 
-from dvt_hpo import protocol
+from dvt_hpo import control_server
 from dvt_hpo.cli import main as cli_main
-from dvt_hpo.runner import StudyRunner
+from dvt_hpo.protocol import CacheGet, Message
 from dvt_hpo.spec import load_spec
+from dvt_hpo.study_loop import StudyRunner
 from tests.conftest import toy_study
+
+pytestmark = pytest.mark.processes
 
 State = optuna.trial.TrialState
 MiB = 2**20
@@ -216,6 +219,7 @@ _REPLAY = """
 import json, os, sys
 from dvt_hpo.context import LocalContext
 from dvt_hpo.train import run
+
 config, sizes = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 results = []
 for batch_size, accumulate in sizes:
@@ -424,14 +428,14 @@ def cache_requests(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     one snapshot), so the messages are counted where the server reads them.
     """
     seen: list[str] = []
-    original = protocol.ControlServer._dispatch
+    original = control_server.ControlServer._dispatch
 
-    def dispatch(self: protocol.ControlServer, msg: dict[str, Any], received_s: float) -> Any:
-        if msg.get("type") == "cache_get":
-            seen.append(str(msg.get("key")))
-        return original(self, msg, received_s)
+    def dispatch(self: control_server.ControlServer, msg: Message) -> Any:
+        if isinstance(msg, CacheGet):
+            seen.append(msg.key)
+        return original(self, msg)
 
-    monkeypatch.setattr(protocol.ControlServer, "_dispatch", dispatch)
+    monkeypatch.setattr(control_server.ControlServer, "_dispatch", dispatch)
     return seen
 
 

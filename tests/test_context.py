@@ -12,18 +12,20 @@ import pytest
 
 from dvt_hpo.batch_size import Probe
 from dvt_hpo.context import (
-    BatchSizeSettings,
     LocalContext,
     TrialContext,
     cache_entry_key,
     distributed_env,
     effective_split,
 )
+from dvt_hpo.control_client import ControlClient
+from dvt_hpo.control_server import ControlServer
 from dvt_hpo.exceptions import BatchSizeError, TrialPruned
-from dvt_hpo.protocol import ControlClient, ControlServer
+from dvt_hpo.spec import BatchSizeSpec
 from tests.entrypoints.recording import RecordingHandler
 
-SETTINGS = BatchSizeSettings(auto=True, min=1, max=256, tolerance=0.0, cache_key="model-a")
+SETTINGS = BatchSizeSpec(auto=True, min=1, max=256, tolerance=0.0)
+CACHE_KEY = "model-a"
 
 
 class Channel:
@@ -38,6 +40,7 @@ class Channel:
         client = ControlClient.connect(self.server.path, rank=rank)
         self.clients.append(client)
         kwargs.setdefault("batch_size", SETTINGS)
+        kwargs.setdefault("cache_key", CACHE_KEY)
         return TrialContext(client, trial_number=7, rank=rank, world_size=2, **kwargs)
 
     def close(self) -> None:
@@ -168,7 +171,7 @@ def test_user_attrs_must_be_json(channel: Channel) -> None:
 
 
 def test_batch_size_off_returns_none(channel: Channel) -> None:
-    ctx = channel.context(batch_size=BatchSizeSettings(auto=False))
+    ctx = channel.context(batch_size=BatchSizeSpec(auto=False))
     assert ctx.find_batch_size(fits_up_to(10)) is None
     assert channel.context(batch_size=None).find_batch_size(fits_up_to(10)) is None
 
@@ -279,7 +282,7 @@ def test_both_ranks_see_the_same_cache_entry_even_if_another_trial_writes_it(
 
 
 def test_effective_batch_sets_accumulation(channel: Channel) -> None:
-    settings = BatchSizeSettings(auto=True, min=1, max=256, tolerance=0.0, effective=200)
+    settings = BatchSizeSpec(auto=True, min=1, max=256, tolerance=0.0, effective=200)
     choice = channel.context(batch_size=settings).find_batch_size(fits_up_to(70))
     assert choice is not None
     assert (choice.found, choice.accumulate_steps, choice.batch_size) == (70, 3, 67)
@@ -314,26 +317,12 @@ def test_out_of_memory_counts_as_too_big_and_other_errors_propagate(channel: Cha
     with pytest.raises(ValueError, match="shape mismatch"):
         channel.context().find_batch_size(broken)
     with pytest.raises(BatchSizeError):
-        channel.context(batch_size=BatchSizeSettings(auto=True, min=4, max=8)).find_batch_size(
+        channel.context(batch_size=BatchSizeSpec(auto=True, min=4, max=8)).find_batch_size(
             fits_up_to(2)
         )
 
 
 # -- settings and env ------------------------------------------------------------------------
-
-
-def test_batch_size_settings_from_a_payload() -> None:
-    settings = BatchSizeSettings.from_mapping(
-        {"auto": True, "min": 8, "max": 64, "start": 16, "cache_key": "k", "effective": None}
-    )
-    assert settings is not None and (settings.min, settings.start) == (8, 16)
-    assert BatchSizeSettings.from_mapping(None) is None
-    with pytest.raises(ValueError, match="unknown keys"):
-        BatchSizeSettings.from_mapping({"auto": True, "maximum": 3})
-    with pytest.raises(ValueError, match="max=4 must be >= batch_size.min=8"):
-        BatchSizeSettings.from_mapping({"min": 8, "max": 4})
-    with pytest.raises(ValueError, match="start=2"):
-        BatchSizeSettings.from_mapping({"min": 8, "max": 16, "start": 2})
 
 
 def test_distributed_env() -> None:
@@ -360,7 +349,7 @@ def test_local_context_prints_reports_and_never_prunes() -> None:
 
 
 def test_local_context_searches_without_a_cache() -> None:
-    ctx = LocalContext(batch_size={"auto": True, "min": 2, "max": 64, "tolerance": 0.0}, env={})
+    ctx = LocalContext(batch_size=BatchSizeSpec(auto=True, min=2, max=64, tolerance=0.0), env={})
     choice = ctx.find_batch_size(fits_up_to(20))
     assert choice is not None and (choice.found, choice.cache) == (20, "off")
     assert ctx.user_attrs["batch_size"] == 20
@@ -371,3 +360,12 @@ def test_local_context_reports_only_on_the_chief() -> None:
     out = io.StringIO()
     LocalContext(out=out, env={"RANK": "1", "WORLD_SIZE": "2"}).report(0, {"loss": 1.0})
     assert out.getvalue() == ""
+
+
+def test_local_context_takes_the_batch_size_section_as_a_mapping_too() -> None:
+    ctx = LocalContext(batch_size={"auto": True, "min": 2, "max": 64, "tolerance": 0.0}, env={})
+    assert ctx.batch_size_settings == BatchSizeSpec(auto=True, min=2, max=64, tolerance=0.0)
+    with pytest.raises(TypeError, match=r"unknown keys \['maximum'\]"):
+        LocalContext(batch_size={"auto": True, "maximum": 3}, env={})
+    with pytest.raises(TypeError, match="min has the wrong type"):
+        LocalContext(batch_size={"min": "8"}, env={})

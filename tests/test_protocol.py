@@ -1,4 +1,4 @@
-"""The control channel: JSON lines over AF_UNIX between a real server and real clients."""
+"""The control channel: typed messages as JSON lines over AF_UNIX, real server and clients."""
 
 from __future__ import annotations
 
@@ -13,15 +13,26 @@ from typing import Any
 
 import pytest
 
+from dvt_hpo.control_client import ControlClient
+from dvt_hpo.control_server import ControlServer
 from dvt_hpo.protocol import (
+    PROTOCOL_VERSION,
+    Attrs,
+    CacheGet,
+    CachePut,
+    CacheReply,
     ConnectionLost,
-    ControlClient,
-    ControlServer,
     ControlUnavailable,
+    Decision,
+    ErrorReply,
+    Hello,
     LineReader,
     ProtocolError,
+    Report,
     decode,
     encode,
+    from_wire,
+    to_wire,
 )
 from tests.entrypoints.recording import RecordingHandler
 
@@ -64,7 +75,7 @@ def test_line_reader_joins_partial_reads_and_splits_batched_lines() -> None:
     with a, b:
         reader = LineReader(b)
         got: queue.Queue[Any] = queue.Queue()
-        first = encode({"type": "report", "step": 0, "metrics": {"loss": 0.5}})
+        first = encode(Report(0, {"loss": 0.5}))
         a.sendall(first[:7])  # the reader blocks on a line without its end
         thread = threading.Thread(target=lambda: got.put(reader.read()))
         thread.start()
@@ -86,11 +97,9 @@ def test_reports_in_order_with_decisions_matched_by_id(
         decisions = []
         for step in range(100):
             loss = 2.0 if step % 7 == 0 else 0.5
-            reply = client.request(
-                {"type": "report", "step": step, "metrics": {"loss": loss}}, timeout_s=10
-            )
-            assert reply is not None and reply["type"] == "decision"
-            decisions.append(reply["prune"])
+            reply = client.request(Report(step, {"loss": loss}), timeout_s=10)
+            assert isinstance(reply, Decision)
+            decisions.append(reply.prune)
     assert [step for step, _ in handler.reports] == list(range(100))
     assert decisions == [step % 7 == 0 for step in range(100)]
     timings = server.report_timings
@@ -111,10 +120,8 @@ def test_concurrent_requests_on_one_client_get_their_own_replies(
             for i in range(40):
                 step = thread_index * 1000 + i
                 loss = 2.0 if step % 2 else 0.5
-                reply = client.request(
-                    {"type": "report", "step": step, "metrics": {"loss": loss}}, timeout_s=10
-                )
-                if reply is None or reply["prune"] != bool(step % 2):
+                reply = client.request(Report(step, {"loss": loss}), timeout_s=10)
+                if not isinstance(reply, Decision) or reply.prune != bool(step % 2):
                     errors.append(f"step {step}: {reply}")
 
         threads = [threading.Thread(target=ask, args=(t,)) for t in range(8)]
@@ -133,11 +140,8 @@ def test_many_clients_connect_and_say_hello(
         assert server.wait_hellos(4, timeout_s=10)
         assert sorted(h.rank for h in server.hellos) == [0, 1, 2, 3]
         assert server.n_connections == 4
-        replies = [
-            c.request({"type": "report", "step": r, "metrics": {}}, timeout_s=10)
-            for r, c in enumerate(clients)
-        ]
-        assert all(reply is not None and reply["prune"] is False for reply in replies)
+        replies = [c.request(Report(r, {}), timeout_s=10) for r, c in enumerate(clients)]
+        assert all(isinstance(reply, Decision) and reply.prune is False for reply in replies)
     finally:
         for client in clients:
             client.close()
@@ -161,15 +165,13 @@ def test_handler_errors_become_safe_replies_and_the_connection_lives_on(
 ) -> None:
     with ControlServer(None, _FailingHandler()) as server:
         with ControlClient.connect(server.path) as client:
-            client.send({"type": "attrs", "attrs": {"a": 1}})
-            decision = client.request({"type": "report", "step": 0, "metrics": {}}, 10)
-            cache = client.request({"type": "cache_get", "key": "k"}, 10)
-            unknown = client.request({"type": "frobnicate"}, 10)
-            again = client.request({"type": "report", "step": 1, "metrics": {}}, 10)
-        assert decision == {"type": "decision", "id": decision["id"], "prune": False}
-        assert cache is not None and cache["value"] is None
-        assert unknown is not None and unknown["type"] == "error"
-        assert again is not None and again["prune"] is False
+            client.send(Attrs({"a": 1}))
+            decision = client.request(Report(0, {}), 10)
+            cache = client.request(CacheGet("k"), 10)
+            again = client.request(Report(1, {}), 10)
+        assert isinstance(decision, Decision) and decision.prune is False
+        assert isinstance(cache, CacheReply) and cache.value is None
+        assert isinstance(again, Decision) and again.prune is False
     assert "storage down" in caplog.text
 
 
@@ -192,7 +194,7 @@ def test_server_close_fires_the_client_watchdog(handler: RecordingHandler) -> No
         assert lost.wait(10), "on_lost was not called after the server closed"
         assert not os.path.exists(path) and not os.path.exists(os.path.dirname(path))
         with pytest.raises(ConnectionLost):
-            client.request({"type": "report", "step": 0, "metrics": {}}, 10)
+            client.request(Report(0, {}), 10)
     finally:
         client.close()
 
@@ -206,12 +208,12 @@ def test_a_request_waiting_when_the_server_closes_raises_connection_lost() -> No
             return False
 
     server = ControlServer(None, Blocking())
-    outcome: queue.Queue[BaseException | dict[str, Any] | None] = queue.Queue()
+    outcome: queue.Queue[BaseException | Any] = queue.Queue()
     with ControlClient.connect(server.path) as client:
 
         def ask() -> None:
             try:
-                outcome.put(client.request({"type": "report", "step": 0, "metrics": {}}, 30))
+                outcome.put(client.request(Report(0, {}), 30))
             except BaseException as exc:  # noqa: BLE001 - the test inspects it
                 outcome.put(exc)
 
@@ -244,10 +246,10 @@ def test_request_timeout_returns_none_and_late_replies_are_dropped() -> None:
             return step == 0
 
     with ControlServer(None, Slow()) as server, ControlClient.connect(server.path) as client:
-        assert client.request({"type": "report", "step": 0, "metrics": {}}, 0.2) is None
+        assert client.request(Report(0, {}), 0.2) is None
         release.set()
-        reply = client.request({"type": "report", "step": 1, "metrics": {}}, 10)
-        assert reply is not None and reply["prune"] is False  # not step 0's late "True"
+        reply = client.request(Report(1, {}), 10)
+        assert isinstance(reply, Decision) and reply.prune is False  # not step 0's late "True"
 
 
 def test_cache_replies_are_one_snapshot_per_server() -> None:
@@ -257,16 +259,16 @@ def test_cache_replies_are_one_snapshot_per_server() -> None:
         ControlClient.connect(srv.path, rank=0) as c0,
         ControlClient.connect(srv.path, rank=1) as c1,
     ):
-        first = c0.request({"type": "cache_get", "key": "k"}, 10)
+        first = c0.request(CacheGet("k"), 10)
         handler.cache["k"] = {"batch_size": 64}  # another trial wrote it meanwhile
-        second = c1.request({"type": "cache_get", "key": "k"}, 10)
-        assert first is not None and second is not None
-        assert first["value"] is None and second["value"] is None
+        second = c1.request(CacheGet("k"), 10)
+        assert isinstance(first, CacheReply) and isinstance(second, CacheReply)
+        assert first.value is None and second.value is None
         assert handler.cache_gets == ["k"]
-        c0.send({"type": "cache_put", "key": "k", "value": {"batch_size": 32}})
+        c0.send(CachePut("k", {"batch_size": 32}))
         assert handler.wait_for(lambda h: len(h.cache_puts) == 1, 10)
-        third = c1.request({"type": "cache_get", "key": "k"}, 10)
-        assert third is not None and third["value"] == {"batch_size": 32}
+        third = c1.request(CacheGet("k"), 10)
+        assert isinstance(third, CacheReply) and third.value == {"batch_size": 32}
 
 
 def test_connecting_to_a_missing_socket_says_the_orchestrator_is_gone(tmp_path: Path) -> None:
@@ -286,3 +288,83 @@ def test_an_explicit_path_is_used_and_removed(handler: RecordingHandler, tmp_pat
     with ControlServer(str(path), handler) as srv:
         assert srv.path == str(path) and path.is_socket()
     assert not path.exists()
+
+
+# -- typed messages and the version check ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "msg",
+    [
+        Hello(PROTOCOL_VERSION, rank=1, local_rank=1, world_size=2, pid=7, pgid=7, host="h"),
+        Report(3, {"loss": 0.5, "acc": 1.0}, id=4),
+        Decision(4, True),
+        Attrs({"batch_size": 64, "nested": {"a": [1, 2]}}),
+        CacheGet("k", id=5),
+        CacheReply(5, None),
+        CacheReply(6, {"batch_size": 8}),
+        CachePut("k", {"batch_size": 8}),
+        ErrorReply(None, "no"),
+    ],
+)
+def test_every_message_round_trips_through_a_json_line(msg: Any) -> None:
+    assert from_wire(decode(encode(to_wire(msg)))) == msg
+
+
+@pytest.mark.parametrize(
+    ("data", "error"),
+    [
+        ({"type": "frobnicate"}, "unknown message type 'frobnicate'"),
+        ({"type": "report", "metrics": {}}, "needs 'step'"),
+        ({"type": "report", "step": "3", "metrics": {}}, "step has the wrong type"),
+        ({"type": "report", "step": True, "metrics": {}}, "step has the wrong type"),
+        ({"type": "report", "step": 1, "metrics": {"a": "x"}}, "metrics has the wrong type"),
+        ({"type": "decision", "id": 1, "prune": 1}, "prune has the wrong type"),
+        ({"type": "hello", "protocol": 2, "rank": 0, "extra": 1}, "unknown keys \\['extra'\\]"),
+    ],
+)
+def test_from_wire_checks_types_and_keys(data: dict[str, Any], error: str) -> None:
+    with pytest.raises(ProtocolError, match=error):
+        from_wire(data)
+
+
+def test_an_unknown_request_gets_an_error_reply_and_the_connection_lives_on(
+    server: ControlServer,
+) -> None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as raw:
+        raw.connect(server.path)
+        raw.sendall(
+            encode({"type": "frobnicate", "id": 3})
+            + encode({"type": "report", "id": 4, "step": 0, "metrics": {}})
+        )
+        reader = LineReader(raw)
+        first, second = reader.read(), reader.read()
+    assert first is not None and first["type"] == "error" and first["id"] == 3
+    assert second == {"type": "decision", "id": 4, "prune": False}
+
+
+def test_a_hello_of_another_protocol_version_is_refused_and_the_trial_cut_off(
+    server: ControlServer, handler: RecordingHandler
+) -> None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as raw:
+        raw.connect(server.path)
+        raw.sendall(encode(to_wire(Hello(PROTOCOL_VERSION + 1, rank=0))))
+        reader = LineReader(raw)
+        refusal = reader.read()
+        after = reader.read()  # the server hung up: end of stream
+    assert refusal is not None and refusal["type"] == "error" and refusal["id"] is None
+    assert f"protocol {PROTOCOL_VERSION + 1}" in refusal["message"]
+    assert after is None
+    assert len(handler.protocol_errors) == 1
+    assert f"this orchestrator {PROTOCOL_VERSION}" in handler.protocol_errors[0]
+    assert server.hellos == []
+
+
+def test_the_handler_hears_of_each_report_after_its_decision_was_sent(
+    server: ControlServer, handler: RecordingHandler
+) -> None:
+    with ControlClient.connect(server.path) as client:
+        client.request(Report(0, {"loss": 2.0}), 10)
+        client.request(Report(1, {"loss": 0.5}), 10)
+    assert handler.wait_for(lambda h: len(h.decisions) == 2, 10)
+    assert handler.decisions == [(0, True), (1, False)]

@@ -22,7 +22,7 @@ from typing import Any
 import optuna
 import pytest
 
-from dvt_hpo import launch
+from dvt_hpo import process_tree, recovery
 from dvt_hpo.spec import load_spec
 from tests.conftest import REPO_ROOT, TOY_ENTRYPOINT, toy_study
 
@@ -97,7 +97,7 @@ def processes_mentioning(marker: Path) -> list[int]:
             cmdline = Path("/proc", name, "cmdline").read_bytes()
         except OSError:
             continue  # it exited while we looked
-        if needle in cmdline and launch.pid_alive(int(name)):
+        if needle in cmdline and process_tree.pid_alive(int(name)):
             found.append(int(name))
     return found
 
@@ -176,7 +176,7 @@ def orchestrator(runs_dir: Path) -> Iterator[Callable[[Path], Orchestrator]]:
         for pid in leftovers:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        launch.wait_gone(leftovers, EVENT_TIMEOUT_S)
+        process_tree.wait_gone(leftovers, EVENT_TIMEOUT_S)
 
 
 def load_trials(study: Path) -> list[optuna.trial.FrozenTrial]:
@@ -203,6 +203,7 @@ def snapshot(trial: optuna.trial.FrozenTrial) -> tuple[Any, ...]:
 # -- tests --------------------------------------------------------------------------------
 
 
+@pytest.mark.processes
 def test_kill_9_of_the_orchestrator_leaves_no_orphan_and_the_rerun_retries_the_trial(
     tmp_path: Path,
     write_study: Callable[..., Path],
@@ -221,7 +222,7 @@ def test_kill_9_of_the_orchestrator_leaves_no_orphan_and_the_rerun_retries_the_t
     first.proc.kill()
     assert first.proc.wait(timeout=EVENT_TIMEOUT_S) == -signal.SIGKILL
     # The trial's watchdog (control socket EOF) and PR_SET_PDEATHSIG end it: no orphan.
-    assert launch.wait_gone(trial_pids, 10), f"orphaned trial processes: {trial_pids}"
+    assert process_tree.wait_gone(trial_pids, 10), f"orphaned trial processes: {trial_pids}"
     assert processes_mentioning(runs_dir) == []
     before = load_trials(study)
     assert states(before) == [(0, "RUNNING")]
@@ -249,6 +250,7 @@ def test_kill_9_of_the_orchestrator_leaves_no_orphan_and_the_rerun_retries_the_t
     assert [snapshot(t) for t in load_trials(study)] == [snapshot(t) for t in trials]
 
 
+@pytest.mark.processes
 def test_ctrl_c_records_the_running_trial_as_interrupted_and_the_rerun_runs_its_copy(
     tmp_path: Path,
     write_study: Callable[..., Path],
@@ -294,6 +296,7 @@ def test_ctrl_c_records_the_running_trial_as_interrupted_and_the_rerun_runs_its_
     assert snapshot(trials[0]) == completed_before
 
 
+@pytest.mark.processes
 def test_sigterm_to_the_orchestrator_is_an_interruption(
     tmp_path: Path,
     write_study: Callable[..., Path],
@@ -318,6 +321,7 @@ def test_sigterm_to_the_orchestrator_is_an_interruption(
     assert trials[1].system_attrs["failed_trial"] == 0
 
 
+@pytest.mark.processes
 def test_a_second_signal_while_stopping_does_not_abandon_the_trial(
     tmp_path: Path,
     write_study: Callable[..., Path],
@@ -343,3 +347,108 @@ def test_a_second_signal_while_stopping_does_not_abandon_the_trial(
     trials = load_trials(study)
     assert states(trials) == [(0, "FAIL"), (1, "WAITING")], out
     assert trials[0].user_attrs["status"] == "interrupted"
+
+
+# -- retries and the budget, on a real storage, without processes ------------------------------
+
+
+def _sqlite_study(tmp_path: Path, name: str = "s") -> tuple[optuna.Study, Any]:
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'study.db'}")
+    return optuna.create_study(storage=storage, study_name=name), storage
+
+
+def _waiting(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    return study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+def test_one_retry_per_failed_attempt_when_two_workers_fail_it(tmp_path: Path) -> None:
+    study, storage = _sqlite_study(tmp_path)
+    trial = study.ask()
+    trial.suggest_float("x", 0.0, 1.0)
+    # Worker B finds the trial stale and fails it; worker A's interrupted run records it too.
+    assert recovery.fail_attempt(study, storage, trial._trial_id, retry=True, max_retries=3)
+    assert not recovery.fail_attempt(study, storage, trial._trial_id, retry=True, max_retries=3)
+    copies = _waiting(study)
+    assert len(copies) == 1 and copies[0].params == trial.params
+    assert recovery.retried_trial_number(copies[0]) == trial.number
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+def test_an_interrupted_trial_already_failed_as_stale_is_not_enqueued_twice(
+    tmp_path: Path, write_study: Callable[..., Path], unique_name: str
+) -> None:
+    from dvt_hpo.devices import Slot
+    from dvt_hpo.outcome import Outcome
+    from dvt_hpo.storage import retry_callback
+    from dvt_hpo.study_loop import StudyRunner
+    from dvt_hpo.trial_run import TrialRun
+
+    spec = load_spec(write_study(toy_study(unique_name, trials={"max_retries": 2})))
+    runner = StudyRunner(spec, out=lambda line: None)
+    runner.open_study()
+    trial = runner.study.ask()
+    trial.suggest_float("x", 0.0, 1.0)
+    run = TrialRun(runner, trial, dict(trial.params), {}, Slot(0, "", 1))
+    # Another worker's heartbeat check failed it as stale and enqueued its copy (Optuna's path).
+    runner.storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
+    retry_callback(2)(runner.study, runner.storage.get_trial(trial._trial_id))
+    # This worker's Ctrl-C then records the same attempt as interrupted.
+    outcome = run._record(Outcome("FAIL", "interrupted", reason="interrupted", retry=True), None)
+    assert outcome.state == "FAIL"
+    assert len(_waiting(runner.study)) == 1
+
+
+def test_the_ledger_counts_the_budget_like_a_full_scan(tmp_path: Path) -> None:
+    study, storage = _sqlite_study(tmp_path)
+    study_id = storage.get_study_id_from_name("s")
+    done = study.ask()
+    study.tell(done, 1.0)  # 0: COMPLETE
+    failed = study.ask()
+    study.tell(failed, state=optuna.trial.TrialState.FAIL)  # 1: FAIL, retried by 3
+    over = study.ask()
+    storage.set_trial_system_attr(over._trial_id, recovery.OVER_BUDGET_ATTR, True)
+    study.tell(over, state=optuna.trial.TrialState.FAIL)  # 2: over budget, never counted
+    study.add_trial(
+        optuna.trial.create_trial(
+            state=optuna.trial.TrialState.WAITING,
+            system_attrs={"failed_trial": 1, "retry_history": [1]},
+        )
+    )  # 3: the copy of 1
+    ledger = recovery.Ledger(study, storage, study_id)
+    ledger.refresh()
+    trials = study.get_trials(deepcopy=False)
+    assert ledger.used() == len(recovery.counted_numbers(trials)) == 2
+    assert ledger.used(below=3) == 2  # 1 is not superseded by a copy numbered below 3
+    assert ledger.used(below=2) == 2
+    assert ledger.budget(lambda n: False) == recovery.Budget(used=2, waiting=1, foreign_running=0)
+    running = study.ask()  # takes the WAITING copy (3)
+    assert running.number == 3
+    ledger.refresh()
+    assert ledger.budget(lambda n: False) == recovery.Budget(2, 0, 1)
+    assert ledger.budget(lambda n: n == 3) == recovery.Budget(2, 0, 0)
+
+
+def test_the_ledger_reads_only_new_and_unfinished_trials(tmp_path: Path) -> None:
+    study, storage = _sqlite_study(tmp_path)
+    for i in range(30):
+        study.tell(study.ask(), float(i))
+    running = study.ask()
+    reads: list[int] = []
+    original = storage.get_trial
+
+    def counting(trial_id: int) -> optuna.trial.FrozenTrial:
+        reads.append(trial_id)
+        return original(trial_id)
+
+    storage.get_trial = counting  # type: ignore[method-assign]
+    ledger = recovery.Ledger(study, storage, storage.get_study_id_from_name("s"))
+    ledger.refresh()
+    assert len(reads) == 31
+    new = study.ask()
+    study.tell(new, 1.0)
+    reads.clear()
+    ledger.refresh()
+    # The one unfinished before, and the one new: not the 30 finished ones again.
+    assert sorted(reads) == sorted([running._trial_id, new._trial_id])
+    assert ledger.used() == 32

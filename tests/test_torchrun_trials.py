@@ -15,12 +15,14 @@ from typing import Any
 import optuna
 import pytest
 
-from dvt_hpo import launch
-from dvt_hpo import runner as runner_module
-from dvt_hpo.runner import BUILTIN_ENTRYPOINT, StudyRunner
-from dvt_hpo.spec import load_spec
+from dvt_hpo import process_tree, trial_run
+from dvt_hpo.protocol import Hello
+from dvt_hpo.spec import BUILTIN_ENTRYPOINT, load_spec
+from dvt_hpo.study_loop import StudyRunner
 from tests.conftest import TOY_ENTRYPOINT, toy_study
 from tests.test_recovery import processes_mentioning
+
+pytestmark = pytest.mark.processes
 
 DDP_TRIALS = {
     "launcher": "torchrun",
@@ -67,13 +69,13 @@ def trainer_study(name: str, *, epochs: int, pruner: dict[str, Any]) -> dict[str
 def rank_pids(monkeypatch: pytest.MonkeyPatch) -> dict[int, dict[int, int]]:
     """``{trial number: {rank: pid}}`` from the ranks' hello messages."""
     seen: dict[int, dict[int, int]] = {}
-    original = runner_module.TrialRun.on_hello
+    original = trial_run.TrialRun.on_hello
 
-    def on_hello(self: runner_module.TrialRun, rank: int, pid: int, host: str) -> None:
-        seen.setdefault(self.number, {})[rank] = pid
-        original(self, rank, pid, host)
+    def on_hello(self: trial_run.TrialRun, hello: Hello) -> None:
+        seen.setdefault(self.number, {})[hello.rank] = hello.pid
+        original(self, hello)
 
-    monkeypatch.setattr(runner_module.TrialRun, "on_hello", on_hello)
+    monkeypatch.setattr(trial_run.TrialRun, "on_hello", on_hello)
     return seen
 
 
@@ -92,7 +94,7 @@ def run_study(write_study: Callable[..., Path]) -> Callable[[dict[str, Any]], op
 
 def assert_all_gone(pids: dict[int, int], runs_dir: Path) -> None:
     assert sorted(pids) == [0, 1], f"expected hellos from ranks 0 and 1, got {pids}"
-    alive = [pid for pid in pids.values() if launch.pid_alive(pid)]
+    alive = [pid for pid in pids.values() if process_tree.pid_alive(pid)]
     assert alive == [], f"ranks still alive after the trial ended: {alive}"
     # torchrun's agent and both ranks carry the payload path on their command lines.
     assert processes_mentioning(runs_dir) == []

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -14,17 +15,11 @@ from typing import Any
 
 import pytest
 
-from dvt_hpo.launch import (
-    Slot,
-    TrialProcess,
-    build_command,
-    describe_exit,
-    group_members,
-    pid_alive,
-    tail_lines,
-    trial_env,
-    wait_gone,
-)
+from dvt_hpo.control_server import ControlServer
+from dvt_hpo.devices import Slot
+from dvt_hpo.launch import build_command, tail_lines, trial_env
+from dvt_hpo.payload import TrialLimits, TrialPayload
+from dvt_hpo.process_tree import TrialProcess, describe_exit, group_members, pid_alive, wait_gone
 from dvt_hpo.protocol import (
     EXIT_BAD_PAYLOAD,
     EXIT_ERROR,
@@ -32,12 +27,16 @@ from dvt_hpo.protocol import (
     EXIT_OK,
     EXIT_PRUNED,
     EXIT_STOPPED,
-    ControlServer,
+    PROTOCOL_VERSION,
 )
+from dvt_hpo.spec import BatchSizeSpec
 from tests.entrypoints.recording import RecordingHandler
+
+pytestmark = pytest.mark.processes
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TOY = "tests.entrypoints.toy:run"
+V = PROTOCOL_VERSION
 WAIT_S = 30.0  # generous upper bounds: every wait returns as soon as its event happens
 
 
@@ -84,7 +83,8 @@ def start_trial(tmp_path: Path) -> Iterator[Callable[..., Trial]]:
         launcher: str = "process",
         nproc: int = 1,
         memory_limit: int | None = None,
-        batch_size: dict[str, Any] | None = None,
+        batch_size: BatchSizeSpec | None = None,
+        cache_key: str | None = None,
         report_timeout_s: float = WAIT_S,
         entrypoint: str = TOY,
         payload_text: str | None = None,
@@ -92,18 +92,21 @@ def start_trial(tmp_path: Path) -> Iterator[Callable[..., Trial]]:
     ) -> Trial:
         trial_dir = tmp_path / f"trial-{len(trials)}"
         trial_dir.mkdir()
-        payload = {
-            "protocol": 1,
-            "study_name": "test",
-            "trial_number": len(trials),
-            "entrypoint": entrypoint,
-            "config": config,
-            "params": {"x": 0.5},
-            "batch_size": batch_size,
-            "report_timeout_s": report_timeout_s,
-            "trial_dir": str(trial_dir),
-        }
-        (trial_dir / "payload.json").write_text(payload_text or json.dumps(payload))
+        payload = TrialPayload(
+            study_name="test",
+            trial_number=len(trials),
+            entrypoint=entrypoint,
+            config=config,
+            params={"x": 0.5},
+            batch_size=batch_size,
+            cache_key=cache_key,
+            limits=TrialLimits(report_timeout_s=report_timeout_s),
+            trial_dir=str(trial_dir),
+        )
+        if payload_text is None:
+            payload.write(trial_dir / "payload.json")
+        else:
+            (trial_dir / "payload.json").write_text(payload_text)
         handler = handler or RecordingHandler()
         server = ControlServer(None, handler)
         env = trial_env(base_env(), Slot(0, "", 1), server.path, memory_limit)
@@ -256,12 +259,14 @@ def test_no_orchestrator_exits_at_once(start_trial: Callable[..., Trial], tmp_pa
     ("text", "message"),
     [
         ("{", "is not JSON"),
-        (json.dumps({"protocol": 2, "entrypoint": TOY, "config": {}}), "protocol must be 1"),
-        (json.dumps({"protocol": 1, "entrypoint": "toy.run", "config": {}}), "module:function"),
+        (json.dumps({"protocol": 1, "entrypoint": TOY, "config": {}}), "protocol must be 2"),
+        (json.dumps({"protocol": V, "entrypoint": "toy.run", "config": {}}), "module:function"),
         (
-            json.dumps({"protocol": 1, "entrypoint": TOY, "config": {}, "batch_size": {"x": 1}}),
+            json.dumps({"protocol": V, "entrypoint": TOY, "config": {}, "batch_size": {"x": 1}}),
             "unknown keys",
         ),
+        (json.dumps({"protocol": V, "entrypoint": TOY, "config": []}), "config has the wrong"),
+        (json.dumps({"protocol": V, "entrypoint": TOY, "config": {}, "devices": "0,1"}), "devices"),
     ],
 )
 def test_a_bad_payload_exits_with_code_2(
@@ -317,14 +322,15 @@ def test_batch_size_search_and_cache_through_the_worker(
     start_trial: Callable[..., Trial],
 ) -> None:
     cache: dict[str, dict[str, Any]] = {}
-    settings = {"auto": True, "min": 1, "max": 512, "tolerance": 0.0, "cache_key": "m"}
+    settings = BatchSizeSpec(auto=True, min=1, max=512, tolerance=0.0)
     config = {"actions": [{"do": "find_batch_size", "capacity": 200, "oom_above": True}]}
-    first = start_trial(config, handler=RecordingHandler(cache=cache), batch_size=settings)
+    start = functools.partial(start_trial, batch_size=settings, cache_key="m")
+    first = start(config, handler=RecordingHandler(cache=cache))
     assert first.wait() == EXIT_OK, first.stderr()
     assert first.server.drain(WAIT_S)
     assert first.handler.attrs["batch_size"] == 200
     assert first.handler.attrs["batch_size_cache"] == "miss"
-    second = start_trial(config, handler=RecordingHandler(cache=cache), batch_size=settings)
+    second = start(config, handler=RecordingHandler(cache=cache))
     assert second.wait() == EXIT_OK
     assert second.server.drain(WAIT_S)
     assert second.handler.attrs["batch_size_cache"] == "hit"

@@ -119,7 +119,7 @@ def _check_runnable(
     except SpecError as exc:
         raise doc.error(("study", "storage"), exc.message) from None
     # The GPUs a study names must exist on this machine before anything is written.
-    from dvt_hpo.launch import split_devices
+    from dvt_hpo.devices import split_devices
 
     try:
         split_devices(trials.devices, trials.parallel, nproc_per_node=trials.nproc_per_node)

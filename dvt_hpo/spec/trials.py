@@ -60,7 +60,7 @@ def read_trials(r: Reader, root: Mapping[str, Any], study_name: str) -> TrialsSp
 
 def read_devices(r: Reader, sec: Mapping[str, Any], key: Key) -> Any:
     """Canonical devices: ``"auto"``, ``"cpu"``, ``"cuda"``, an int (a GPU count), or a tuple
-    of GPU ids; :func:`dvt_hpo.launch.split_devices` shares them among the slots."""
+    of GPU ids; :func:`dvt_hpo.devices.split_devices` shares them among the slots."""
     fkey = (*key, "devices")
     if "devices" not in sec:
         return "auto"

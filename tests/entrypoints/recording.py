@@ -1,4 +1,4 @@
-"""A :class:`~dvt_hpo.protocol.TrialHandler` that records what a trial sends, for tests.
+"""A :class:`~dvt_hpo.control_server.TrialHandler` that records what a trial sends, for tests.
 
 Tests await its events (no sleeps): ``hello_event`` per count of hellos, ``attr_event(key)``
 when a user attr arrives, ``report_event`` after each report.
@@ -9,6 +9,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from typing import Any
+
+from dvt_hpo.protocol import Hello
 
 
 class RecordingHandler:
@@ -26,12 +28,24 @@ class RecordingHandler:
         self.attrs: dict[str, Any] = {}
         self.cache_gets: list[str] = []
         self.cache_puts: list[tuple[str, dict[str, Any]]] = []
+        self.protocol_errors: list[str] = []
+        self.decisions: list[tuple[int, bool]] = []  # (step, prune), after each answer
         self.report_event = threading.Event()
         self._changed = threading.Condition()
 
-    def on_hello(self, rank: int, pid: int, host: str) -> None:
+    def on_hello(self, hello: Hello) -> None:
         with self._changed:
-            self.hellos.append((rank, pid, host))
+            self.hellos.append((hello.rank, hello.pid, hello.host))
+            self._changed.notify_all()
+
+    def on_protocol_error(self, message: str) -> None:
+        with self._changed:
+            self.protocol_errors.append(message)
+            self._changed.notify_all()
+
+    def on_reported(self, step: int, metrics: dict[str, float], prune: bool) -> None:
+        with self._changed:
+            self.decisions.append((step, prune))
             self._changed.notify_all()
 
     def on_report(self, step: int, metrics: dict[str, float]) -> bool:

@@ -1,0 +1,178 @@
+"""A trial's life as the orchestrator sees it: its phases, and the pure rule for its outcome.
+
+:func:`classify` turns what a finished trial left (the chief's result file, the other ranks'
+error files, the exit status, the flags the orchestrator raised while it ran) into the state
+Optuna records, the reason, and whether the attempt is retried. It does no I/O, so every rule
+is tested as a table, without processes.
+
+The rules, first match wins:
+
+1. the trial spoke another protocol version: FAIL, not retried (rerunning cannot help);
+2. the study pruned it: PRUNED;
+3. the chief wrote an ``ok`` result and the process exited 0 (or was stopped by us after it
+   wrote it): COMPLETE, whatever the interrupt and timeout flags say; a finished trial is
+   never thrown away ("completed trials are never touched");
+4. the study was interrupted: FAIL, retried;
+5. it ran past ``trials.timeout_s``: FAIL;
+6. a rank raised: FAIL with the earliest error (under DDP the others often fail only because
+   of it), out-of-memory as the worker classified it;
+7. otherwise: FAIL with the exit status.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+State = Literal["COMPLETE", "PRUNED", "FAIL"]
+History = Sequence[tuple[int, Mapping[str, float]]]
+
+
+class Phase(enum.Enum):
+    """Where one trial is; :class:`~dvt_hpo.trial_run.TrialRun` moves through them in order."""
+
+    ASKED = "asked"  # Optuna gave it a number and params; nothing started
+    LAUNCHING = "launching"  # payload written, process starting
+    RUNNING = "running"  # process alive, reports streaming
+    STOPPING = "stopping"  # pruned, timed out or interrupted: its process group is stopped
+    RECORDING = "recording"  # process gone: classifying and telling Optuna
+    FINISHED = "finished"  # told; the slot is free
+
+
+@dataclass(frozen=True)
+class Flags:
+    """What the orchestrator decided or saw while the trial ran."""
+
+    pruned_step: int | None = None
+    interrupted: bool = False
+    timed_out: bool = False
+    protocol_error: str | None = None
+
+
+@dataclass(frozen=True)
+class Objective:
+    metric: str
+    direction: Literal["minimize", "maximize"]
+    reduce: Literal["best", "last"] = "best"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The limits a reason names when the trial hit one."""
+
+    timeout_s: float | None = None
+    memory_limit: int | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    state: State
+    status: Literal["ok", "pruned", "failed", "timeout", "interrupted"]
+    value: float | None = None
+    reason: str | None = None
+    retry: bool = False
+    traceback: str | None = None
+
+
+def describe_exit(returncode: int | None) -> str:
+    from dvt_hpo.process_tree import describe_exit as describe
+
+    return describe(returncode)
+
+
+def reduce_history(history: History, metric: str, direction: str, reduce: str) -> float | None:
+    """The objective value from the per-step history: ``best`` (direction-aware) or ``last``."""
+    values = [m[metric] for _, m in history if metric in m and m[metric] is not None]
+    values = [float(v) for v in values if not (isinstance(v, float) and math.isnan(v))]
+    if not values:
+        return None
+    if reduce == "last":
+        return values[-1]
+    return max(values) if direction == "maximize" else min(values)
+
+
+def first_error(
+    result: Mapping[str, Any] | None, rank_errors: Sequence[Mapping[str, Any]]
+) -> Mapping[str, Any] | None:
+    """The earliest error of any rank: under DDP the chief often fails only because another
+    rank died first, and the first failure is the cause."""
+    errors = [result] if result and result.get("status") == "error" else []
+    errors += [e for e in rank_errors if e.get("status", "error") == "error"]
+    if not errors:
+        return None
+    return min(errors, key=lambda e: float(e.get("time_unix", math.inf)))
+
+
+def classify(
+    result: Mapping[str, Any] | None,
+    exit_status: int | None,
+    flags: Flags,
+    *,
+    objective: Objective,
+    history: History = (),
+    rank_errors: Sequence[Mapping[str, Any]] = (),
+    limits: Limits = Limits(),
+) -> Outcome:
+    """The outcome of one finished trial process (see the module's rules)."""
+    if flags.protocol_error is not None:
+        return Outcome("FAIL", "failed", reason=flags.protocol_error)
+    if flags.pruned_step is not None:
+        return Outcome("PRUNED", "pruned", reason=f"pruned at step {flags.pruned_step}")
+
+    ok = result is not None and result.get("status") == "ok"
+    stopped_by_us = flags.interrupted or flags.timed_out
+    if ok and not rank_errors and (exit_status == 0 or stopped_by_us):
+        assert result is not None
+        steps = list(history)
+        if not steps and isinstance(result.get("metrics"), Mapping) and result["metrics"]:
+            steps = [(0, result["metrics"])]
+        value = reduce_history(steps, objective.metric, objective.direction, objective.reduce)
+        if value is None:
+            reported = sorted({k for _, m in steps for k in m})
+            return Outcome(
+                "FAIL",
+                "failed",
+                reason=f"objective.metric {objective.metric!r} was never reported; the trial "
+                f"reported {reported if reported else 'no metrics'}",
+            )
+        return Outcome("COMPLETE", "ok", value=value)
+
+    if flags.interrupted:
+        return Outcome(
+            "FAIL", "interrupted", reason="interrupted (the study was stopped)", retry=True
+        )
+    if flags.timed_out:
+        timeout = f"={limits.timeout_s:g}" if limits.timeout_s is not None else ""
+        return Outcome("FAIL", "timeout", reason=f"timed out after trials.timeout_s{timeout} s")
+
+    error = first_error(result, rank_errors)
+    if error is not None:
+        reason = f"{error.get('exc_type', 'Error')}: {error.get('message', '')}".strip()
+        if error.get("rank", 0):
+            reason = f"rank {error['rank']}: {reason}"
+        if limits.memory_limit and error.get("out_of_memory") is True:
+            reason += f" (trials.memory_limit={limits.memory_limit} bytes)"
+        tb = error.get("traceback")
+        return Outcome(
+            "FAIL", "failed", reason=reason, traceback=tb if isinstance(tb, str) else None
+        )
+    if exit_status != 0:
+        return Outcome(
+            "FAIL", "failed", reason=f"trial process ended with {describe_exit(exit_status)}"
+        )
+    return Outcome("FAIL", "failed", reason="trial process exited without writing a result")
+
+
+__all__ = [
+    "Flags",
+    "Limits",
+    "Objective",
+    "Outcome",
+    "Phase",
+    "classify",
+    "first_error",
+    "reduce_history",
+]

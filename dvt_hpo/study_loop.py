@@ -1,0 +1,424 @@
+"""The study loop: ask -> launch -> tell, the budget, the stopping rules, the observers.
+
+The CLI builds a :class:`~dvt_hpo.spec.StudySpec`; :class:`StudyRunner` supervises; each
+:class:`~dvt_hpo.trial_run.TrialRun` owns one trial's process group and control socket. The
+orchestrator never imports torch: trials run in their own processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from dvt_hpo import devices, recovery, space
+from dvt_hpo.events import StudyEnded, StudyObserver, StudyStarted, TrialFinished, TrialStarted
+from dvt_hpo.exceptions import DvtHpoError
+from dvt_hpo.import_path import child_pythonpath
+from dvt_hpo.observers import Observers
+from dvt_hpo.spec import BUILTIN_ENTRYPOINT
+from dvt_hpo.storage import redact_url
+from dvt_hpo.study_setup import StudyCache, open_study, study_settings
+from dvt_hpo.trial_run import TrialOutcome, TrialRun
+
+if TYPE_CHECKING:
+    import optuna
+
+    from dvt_hpo.spec import StudySpec
+
+# Exit code of a run stopped by Ctrl-C (128 + SIGINT), as shells report it.
+EXIT_INTERRUPTED = 130
+_log = logging.getLogger(__name__)
+
+
+class StudyStopped(DvtHpoError):
+    """The study stopped itself (e.g. ``study.max_failures`` reached): exit code 1."""
+
+
+def _fmt_params(params: Mapping[str, Any]) -> str:
+    return " ".join(
+        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items()
+    )
+
+
+class StudyRunner:
+    """Runs a study described by a :class:`StudySpec` until its budget or a stopping rule."""
+
+    def __init__(
+        self,
+        spec: StudySpec,
+        *,
+        allow_space_change: bool = False,
+        out: Callable[[str], None] | None = None,
+        observers: Sequence[StudyObserver] = (),
+    ) -> None:
+        self.spec = spec
+        self.allow_space_change = allow_space_change
+        self.out = out or (lambda line: print(line, flush=True))
+        self.observers = Observers(observers, self.out)
+        self.study_lock = threading.RLock()
+        self.events: queue.Queue[TrialOutcome] = queue.Queue()
+        self.running: dict[int, TrialRun] = {}
+        self.child_env = {
+            **os.environ,
+            "PYTHONPATH": child_pythonpath(spec.path.parent),
+            "PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1"),
+        }
+        self.study: optuna.Study
+        self.storage: Any
+        self.cache: StudyCache
+        self.ledger: recovery.Ledger
+        self._stop_heartbeat = threading.Event()
+        self.outcomes: list[TrialOutcome] = []
+
+    def open_study(self) -> optuna.Study:
+        self.study, self.storage, self.study_id = open_study(
+            self.spec, allow_space_change=self.allow_space_change, out=self.out
+        )
+        self.cache = StudyCache(self.storage, self.study_id, self.study_lock)
+        self.ledger = recovery.Ledger(self.study, self.storage, self.study_id)
+        self._reconcile()
+        return self.study
+
+    # -- budget and recovery ------------------------------------------------------------
+    def _reconcile(self) -> None:
+        with self.study_lock:
+            recovery.reconcile(
+                self.study,
+                self.storage,
+                grace_period_s=self.spec.study.grace_period_s,
+                max_retries=self.spec.trials.max_retries,
+                is_ours=self.running.__contains__,
+            )
+
+    def budget(self) -> recovery.Budget:
+        with self.study_lock:
+            self.ledger.refresh()
+            return self.ledger.budget(self.running.__contains__)
+
+    def _heartbeat_loop(self) -> None:
+        interval_s = self.spec.study.heartbeat_interval_s
+        while not self._stop_heartbeat.wait(interval_s):
+            for run in list(self.running.values()):
+                with contextlib.suppress(Exception), self.study_lock:
+                    recovery.record_heartbeat(self.storage, run.trial_id)
+            with contextlib.suppress(Exception):
+                self._reconcile()
+
+    # -- the loop -----------------------------------------------------------------------
+    def run(self) -> optuna.Study:
+        spec = self.spec
+        self.open_study()
+        n_trials = spec.study.n_trials
+        budget = self.budget()
+        where = redact_url(spec.study.storage)
+        self.observers.study_started(
+            StudyStarted(
+                study_name=spec.study.name,
+                storage=where,
+                direction=spec.objective.direction,
+                metric=spec.objective.metric,
+                n_trials=n_trials,
+                n_done=self._n_done(),
+                study_file=str(spec.path.resolve()),
+                space=study_settings(spec)["space"],
+                settings={k: v for k, v in study_settings(spec).items() if k != "space"},
+            )
+        )
+        exit_code = 1
+        try:
+            if (
+                n_trials is not None
+                and budget.used >= n_trials
+                and not budget.waiting
+                and not budget.foreign_running
+            ):
+                self.out(
+                    f"study {spec.study.name!r} ({where}) already has {budget.used}/{n_trials} "
+                    "trials; nothing to run"
+                )
+                self.print_summary()
+                exit_code = 0
+                return self.study
+            self.out(
+                f"study {spec.study.name!r} on {where}: "
+                + (f"{budget.used}/{n_trials} trials done, " if n_trials else "")
+                + f"{spec.trials.parallel} at a time"
+            )
+            self.out(f"watch it: optuna-dashboard {where}")
+            if spec.tracking.mlflow is not None:
+                self.out(
+                    "note: tracking.mlflow is validated but not recorded yet (a later release)"
+                )
+            stop_message = self._loop()
+            self.print_summary()
+            if stop_message is not None:
+                raise StudyStopped(stop_message)
+            exit_code = 0
+            return self.study
+        except KeyboardInterrupt:
+            exit_code = EXIT_INTERRUPTED
+            raise
+        finally:
+            self._study_ended(exit_code)
+
+    def _loop(self) -> str | None:
+        spec = self.spec
+        n_trials = spec.study.n_trials
+        free_slots = devices.split_devices(
+            spec.trials.devices, spec.trials.parallel, nproc_per_node=spec.trials.nproc_per_node
+        )
+        heartbeat = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
+        heartbeat.start()
+        deadline = (
+            time.monotonic() + spec.study.timeout_s if spec.study.timeout_s is not None else None
+        )
+        max_failures = self._max_failures()
+        failures = 0
+        launching = True
+        stop_message: str | None = None
+        previous_handlers = _install_stop_signals()
+        try:
+            while True:
+                if launching and deadline is not None and time.monotonic() >= deadline:
+                    launching = False
+                    self.out(f"study.timeout_s={spec.study.timeout_s:g} reached: no new trials")
+                foreign = 0
+                while launching and free_slots:
+                    budget = self.budget()
+                    foreign = budget.foreign_running
+                    if n_trials is not None and budget.used >= n_trials and not budget.waiting:
+                        break
+                    slot = free_slots.pop(0)
+                    if not self._launch(slot):
+                        free_slots.append(slot)
+                if not self.running and not (launching and foreign):
+                    # Trials of a dead orchestrator stay RUNNING until their heartbeat goes
+                    # stale; waiting for them lets this worker retry them instead of leaving.
+                    break
+                # Bounded, so that retries enqueued by the heartbeat reconciliation (and the
+                # study deadline) are noticed while trials run.
+                wait_s = float(spec.study.heartbeat_interval_s)
+                if launching and deadline is not None:
+                    wait_s = min(wait_s, max(0.0, deadline - time.monotonic()))
+                try:
+                    outcome = self.events.get(timeout=wait_s)
+                except queue.Empty:
+                    continue
+                run = self.running.pop(outcome.number)
+                free_slots.append(run.slot)
+                self._record(outcome)
+                if outcome.state == "FAIL" and not outcome.interrupted:
+                    failures += 1
+                    if max_failures is not None and failures >= max_failures and launching:
+                        launching = False
+                        stop_message = (
+                            f"stopping: {failures} trials failed in this run, reaching "
+                            f"study.max_failures={spec.study.max_failures}; last reason: "
+                            f"{outcome.reason}"
+                        )
+                        self.out(stop_message)
+        except KeyboardInterrupt:
+            self._interrupt()
+            raise
+        finally:
+            for signum, handler in previous_handlers.items():
+                signal.signal(signum, handler)
+            self._stop_heartbeat.set()
+        return stop_message
+
+    def _max_failures(self) -> int | None:
+        mf = self.spec.study.max_failures
+        if mf is None:
+            return None
+        if isinstance(mf, float) and mf < 1:
+            total = self.spec.study.n_trials
+            if total is None:
+                return None
+            return max(1, math.ceil(mf * total))
+        return int(mf)
+
+    def _launch(self, slot: devices.Slot) -> bool:
+        """Ask for a trial and start it in ``slot``; False when the study's budget turned out
+        to be used up by another worker between our count and our ask."""
+        spec = self.spec
+        with self.study_lock:
+            trial = self.study.ask()
+            trial_id = trial._trial_id  # Optuna exposes no public id; storages need it
+            # A RUNNING trial without a heartbeat is never found stale: record one at once.
+            recovery.record_heartbeat(self.storage, trial_id)
+            retried = recovery.retried_trial_number(self.storage.get_trial(trial_id))
+            if retried is None and self._over_budget(trial.number):
+                # Storages number trials atomically, so "the first n_trials count" is exact
+                # across workers; the extra one is closed at once and never counted.
+                self.storage.set_trial_system_attr(trial_id, recovery.OVER_BUDGET_ATTR, True)
+                trial.set_user_attr("status", "over-budget")
+                trial.set_user_attr(
+                    "reason", "another worker took the last trial of study.n_trials first"
+                )
+                self.study.tell(trial, state=_state("FAIL"))
+                return False
+            params = space.sample(trial, spec.search_space)
+        config = space.apply(spec.trainer.config, spec.search_space, params)
+        if spec.trainer.entrypoint == BUILTIN_ENTRYPOINT:
+            config.setdefault("checkpoint", {})["enable_checkpointing"] = False
+            config["output_dir"] = str(
+                spec.trials.runs_dir / f"trial-{trial.number:04d}" / "output"
+            )
+        elif _has_path(config, "checkpoint.enable_checkpointing"):
+            space.set_path(config, "checkpoint.enable_checkpointing", False)
+        run = TrialRun(self, trial, params, config, slot)
+        attrs = self.observers.trial_started(
+            TrialStarted(trial.number, trial_id, params, retried, time.time())
+        )
+        if retried is not None:
+            attrs["retry_of"] = retried
+        with self.study_lock:
+            for key, value in attrs.items():
+                trial.set_user_attr(key, value)
+        self.running[trial.number] = run
+        run.start()
+        return True
+
+    def _over_budget(self, number: int) -> bool:
+        n_trials = self.spec.study.n_trials
+        if n_trials is None:
+            return False
+        self.ledger.refresh()
+        return self.ledger.used(below=number) >= n_trials
+
+    def _interrupt(self) -> None:
+        if not self.running:
+            return
+        self.out(f"interrupted: stopping {len(self.running)} running trial(s)")
+        for run in self.running.values():
+            run.interrupt()
+        # Later signals are ignored (_install_stop_signals): the trials are being recorded for
+        # a retry.
+        while self.running:
+            outcome = self.events.get()
+            self.running.pop(outcome.number, None)
+            self._record(outcome)
+
+    def _record(self, outcome: TrialOutcome) -> None:
+        self.outcomes.append(outcome)
+        metric = self.spec.objective.metric
+        value = f"{metric}={outcome.value:.4f}" if outcome.value is not None else ""
+        extra = f" batch={outcome.batch_size}" if outcome.batch_size else ""
+        reason = f" reason: {outcome.reason}" if outcome.reason else ""
+        self.out(
+            f"trial {outcome.number:>3} {outcome.state:<8} {value:<18} "
+            f"{outcome.duration_s:6.1f}s  {_fmt_params(outcome.params)}{extra}{reason}"
+        )
+        self.observers.trial_finished(
+            TrialFinished(
+                number=outcome.number,
+                trial_id=outcome.trial_id,
+                state=outcome.state,
+                value=outcome.value,
+                params=dict(outcome.params),
+                reason=outcome.reason,
+                duration_s=round(outcome.duration_s, 3),
+                user_attrs=dict(outcome.user_attrs),
+            )
+        )
+
+    def _n_done(self) -> int:
+        states = (_state("COMPLETE"), _state("PRUNED"))
+        return len(self.study.get_trials(deepcopy=False, states=states))
+
+    def _study_ended(self, exit_code: int) -> None:
+        best_value = best_params = best_number = None
+        with contextlib.suppress(Exception):
+            best = self.study.best_trial
+            best_value, best_params, best_number = best.value, dict(best.params), best.number
+        n_done = 0
+        with contextlib.suppress(Exception):
+            n_done = self._n_done()
+        self.observers.study_ended(
+            StudyEnded(n_done, best_value, best_params, best_number, exit_code)
+        )
+
+    def print_summary(self) -> None:
+        trials = self.study.get_trials(deepcopy=False)
+        counts: dict[str, int] = {}
+        counted = recovery.counted_numbers(trials)
+        for t in trials:
+            if t.system_attrs.get(recovery.OVER_BUDGET_ATTR):
+                state = "over budget (not counted)"
+            elif t.number not in counted:
+                state = "failed and retried"
+            else:
+                state = t.state.name.lower()
+            counts[state] = counts.get(state, 0) + 1
+        summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        self.out(f"trials: {summary or 'none'}")
+        if any(t.state.name == "COMPLETE" for t in trials):
+            best = self.study.best_trial
+            self.out(
+                f"best trial {best.number}: {self.spec.objective.metric}={best.value:.4f}  "
+                f"{_fmt_params(best.params)}"
+            )
+
+
+def _state(name: str) -> Any:
+    from optuna.trial import TrialState
+
+    return TrialState[name]
+
+
+def _has_path(config: Any, path: str) -> bool:
+    try:
+        space.get_path(config, path)
+    except (KeyError, IndexError, AttributeError, TypeError):
+        return False
+    return True
+
+
+def _install_stop_signals() -> dict[int, Any]:
+    """Make the first SIGINT or SIGTERM raise KeyboardInterrupt and ignore any later one, so
+    that the trials being stopped are recorded (FAIL interrupted + a WAITING copy) before the
+    exit. Returns the previous handlers (none outside the main thread)."""
+
+    def handler(signum: int, frame: Any) -> None:
+        for stop_signal in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(stop_signal, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+
+
+def run_study(
+    path: str | os.PathLike[str],
+    overrides: tuple[str, ...] | list[str] = (),
+    *,
+    allow_space_change: bool = False,
+    out: Callable[[str], None] | None = None,
+    observers: Sequence[StudyObserver] = (),
+) -> optuna.Study:
+    """Run (or resume) the study of a study.yaml file; returns the Optuna study.
+
+    The same as ``dvt-hpo run PATH --set ...``, for notebooks and scripts.
+    """
+    from dvt_hpo.spec import load_spec
+
+    spec = load_spec(path, overrides, check_runnable=True)
+    runner = StudyRunner(spec, allow_space_change=allow_space_change, out=out, observers=observers)
+    return runner.run()
+
+
+__all__ = [
+    "EXIT_INTERRUPTED",
+    "StudyRunner",
+    "StudyStopped",
+    "run_study",
+]

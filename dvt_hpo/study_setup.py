@@ -1,0 +1,129 @@
+"""Opening a study for a run: storage, direction and search-space checks, sampler and pruner,
+and the batch-size cache every worker shares through the study's system attrs."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import warnings
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from dvt_hpo import space
+from dvt_hpo.exceptions import SpecError
+from dvt_hpo.storage import HeartbeatSettings, open_storage
+
+if TYPE_CHECKING:
+    import optuna
+
+    from dvt_hpo.spec import StudySpec
+
+ATTR_PREFIX = "dvt_hpo:"
+CACHE_PREFIX = "dvt_hpo:batch_size_cache:"
+
+
+def open_study(
+    spec: StudySpec, *, allow_space_change: bool, out: Callable[[str], None]
+) -> tuple[optuna.Study, Any, int]:
+    """``(study, storage, study_id)``, created or loaded, checked against the study file."""
+    import optuna
+
+    from dvt_hpo.spec import build_pruner, build_sampler
+
+    storage = open_storage(
+        spec.study.storage,
+        HeartbeatSettings(
+            spec.study.heartbeat_interval_s, spec.study.grace_period_s, spec.trials.max_retries
+        ),
+    )
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # We drive heartbeats ourselves around ask/tell (Optuna warns that they are meant for
+    # Study.optimize) and use fail_stale_trials knowingly (marked experimental).
+    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
+    warnings.filterwarnings("ignore", message=".*fail_stale_trials is experimental")
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    study = optuna.create_study(
+        storage=storage,
+        study_name=spec.study.name,
+        direction=spec.objective.direction,
+        load_if_exists=True,
+    )
+    if study.direction.name.lower() != spec.objective.direction:
+        raise SpecError(
+            f"the stored study {spec.study.name!r} maximizes/minimizes differently: it is "
+            f"{study.direction.name.lower()}, the file says {spec.objective.direction!r}; "
+            "use another study.name",
+            file=spec.path,
+            field="objective.direction",
+        )
+    check_space(study, spec, allow_space_change=allow_space_change, out=out)
+    study_id = storage.get_study_id_from_name(spec.study.name)
+    existing = storage.get_n_trials(study_id)  # once per run: seeds the resumed sampler
+    study.sampler = build_sampler(
+        spec.study.sampler, spec.search_space, seed_offset=existing, parallel=spec.trials.parallel
+    )
+    study.pruner = build_pruner(spec.study.pruner)
+    with contextlib.suppress(Exception):
+        study.set_metric_names([spec.objective.metric])
+    return study, storage, study_id
+
+
+def study_settings(spec: StudySpec) -> dict[str, Any]:
+    """What a study records about how it was run (compared on every resume)."""
+    return {
+        "space": space.space_signature(spec.search_space),
+        "sampler": {"kind": spec.study.sampler.kind, **spec.study.sampler.kwargs},
+        "pruner": {"kind": spec.study.pruner.kind, **spec.study.pruner.kwargs},
+        "objective": {
+            "metric": spec.objective.metric,
+            "direction": spec.objective.direction,
+            "reduce": spec.objective.reduce,
+        },
+    }
+
+
+def check_space(
+    study: optuna.Study, spec: StudySpec, *, allow_space_change: bool, out: Callable[[str], None]
+) -> None:
+    settings = study_settings(spec)
+    attrs = study.user_attrs
+    stored = attrs.get(ATTR_PREFIX + "space")
+    if stored is not None and stored != settings["space"]:
+        differences = space.diff_spaces(stored, settings["space"])
+        if not allow_space_change:
+            raise SpecError(
+                "the search space differs from the one stored in study "
+                f"{spec.study.name!r}: "
+                + "; ".join(differences)
+                + ". Rerun with --allow-space-change to accept it, or use another study.name",
+                file=spec.path,
+                field="search_space",
+            )
+        out("search space changed: " + "; ".join(differences))
+    for key, value in settings.items():
+        old = attrs.get(ATTR_PREFIX + key)
+        if old is not None and old != value and key != "space":
+            out(f"note: {key} settings changed from {old} to {value}")
+        if old != value:
+            study.set_user_attr(ATTR_PREFIX + key, value)
+
+
+class StudyCache:
+    """The batch-size cache: study system attrs, so every worker and resume shares it."""
+
+    def __init__(self, storage: Any, study_id: int, lock: threading.RLock) -> None:
+        self._storage = storage
+        self._study_id = study_id
+        self._lock = lock
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        with self._lock:
+            value = self._storage.get_study_system_attrs(self._study_id).get(CACHE_PREFIX + key)
+        return value if isinstance(value, dict) else None
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        with self._lock:
+            self._storage.set_study_system_attr(self._study_id, CACHE_PREFIX + key, value)
+
+
+__all__ = ["ATTR_PREFIX", "CACHE_PREFIX", "StudyCache", "check_space", "open_study"]

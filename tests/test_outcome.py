@@ -1,0 +1,140 @@
+"""A trial's outcome from what it left: the pure classify(), as a table, without processes."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from dvt_hpo.outcome import Flags, Limits, Objective, Outcome, classify, reduce_history
+
+OBJ = Objective("score", "maximize", "best")
+LIMITS = Limits(timeout_s=60, memory_limit=1 << 30)
+OK = {"status": "ok", "metrics": {"score": 0.4}, "time_unix": 10.0}
+HISTORY = [(0, {"score": 0.2}), (1, {"score": 0.9}), (2, {"score": 0.4})]
+INTERRUPTED = Flags(interrupted=True)
+TIMED_OUT = Flags(timed_out=True)
+
+
+def error(rank: int, exc_type: str, message: str, t: float, oom: bool = False) -> dict[str, Any]:
+    return {
+        "status": "error",
+        "rank": rank,
+        "exc_type": exc_type,
+        "message": message,
+        "traceback": f"Traceback ... {exc_type}",
+        "out_of_memory": oom,
+        "time_unix": t,
+    }
+
+
+CASES: list[tuple[str, Any, int | None, Flags, list[Any], tuple[str, str, float | None, bool]]] = [
+    # (name, result, exit, flags, rank_errors, (state, status, value, retry))
+    ("ok", OK, 0, Flags(), [], ("COMPLETE", "ok", 0.9, False)),
+    # The defect: a result written just before Ctrl-C / the timeout must win over the flags.
+    ("ok then interrupted", OK, 0, INTERRUPTED, [], ("COMPLETE", "ok", 0.9, False)),
+    ("ok then timed out", OK, 0, TIMED_OUT, [], ("COMPLETE", "ok", 0.9, False)),
+    ("ok, then killed by our stop", OK, -9, TIMED_OUT, [], ("COMPLETE", "ok", 0.9, False)),
+    ("pruned", None, 3, Flags(pruned_step=1), [], ("PRUNED", "pruned", None, False)),
+    ("pruned beats interrupted", None, -15, Flags(pruned_step=1, interrupted=True), [],
+     ("PRUNED", "pruned", None, False)),
+    ("interrupted, no result", None, -15, INTERRUPTED, [], ("FAIL", "interrupted", None, True)),
+    ("interrupted, stopped result", {"status": "stopped"}, 143, INTERRUPTED, [],
+     ("FAIL", "interrupted", None, True)),
+    ("timed out", {"status": "stopped"}, 143, TIMED_OUT, [], ("FAIL", "timeout", None, False)),
+    ("raised", error(0, "ValueError", "bad", 1.0), 1, Flags(), [], ("FAIL", "failed", None, False)),
+    ("segfault", None, -11, Flags(), [], ("FAIL", "failed", None, False)),
+    ("exit 0 without result", None, 0, Flags(), [], ("FAIL", "failed", None, False)),
+    ("ok but exit 5, not stopped by us", OK, 5, Flags(), [], ("FAIL", "failed", None, False)),
+    ("ok chief, failed rank", OK, 1, Flags(), [error(1, "RuntimeError", "r1", 2.0)],
+     ("FAIL", "failed", None, False)),
+    ("protocol mismatch", None, -9, Flags(protocol_error="speaks protocol 1"), [],
+     ("FAIL", "failed", None, False)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("result", "exit_status", "flags", "rank_errors", "expected"),
+    [case[1:] for case in CASES],
+    ids=[case[0] for case in CASES],
+)
+def test_classify(
+    result: Any,
+    exit_status: int | None,
+    flags: Flags,
+    rank_errors: list[Any],
+    expected: tuple[str, str, float | None, bool],
+) -> None:
+    outcome = classify(
+        result,
+        exit_status,
+        flags,
+        objective=OBJ,
+        history=HISTORY,
+        rank_errors=rank_errors,
+        limits=LIMITS,
+    )
+    assert (outcome.state, outcome.status, outcome.value, outcome.retry) == expected
+    if outcome.state == "FAIL":
+        assert outcome.reason
+
+
+@pytest.mark.parametrize(
+    ("flags", "exit_status", "result", "reason"),
+    [
+        (INTERRUPTED, -15, None, "interrupted (the study was stopped)"),
+        (TIMED_OUT, -15, None, "timed out after trials.timeout_s=60 s"),
+        (Flags(), -11, None, "trial process ended with killed by signal SIGSEGV (-11)"),
+        (Flags(), 0, None, "trial process exited without writing a result"),
+        (Flags(), 1, error(0, "ValueError", "bad lr", 1.0), "ValueError: bad lr"),
+        (Flags(protocol_error="the trial speaks 1"), 1, None, "the trial speaks 1"),
+    ],
+)
+def test_reasons(flags: Flags, exit_status: int, result: Any, reason: str) -> None:
+    outcome = classify(result, exit_status, flags, objective=OBJ, limits=LIMITS)
+    assert outcome.reason == reason
+
+
+def test_the_earliest_rank_error_is_the_cause() -> None:
+    chief = error(0, "RuntimeError", "peer closed", 5.0)
+    rank1 = error(1, "ArithmeticError", "rank one broke", 3.0)
+    outcome = classify(chief, 1, Flags(), objective=OBJ, rank_errors=[rank1])
+    assert outcome.reason == "rank 1: ArithmeticError: rank one broke"
+    assert outcome.traceback == "Traceback ... ArithmeticError"
+
+
+def test_out_of_memory_is_taken_from_the_worker_not_from_the_message() -> None:
+    # The worker classified it (is_out_of_memory on the live exception): trusted as is.
+    said_oom = error(0, "RuntimeError", "something odd", 1.0, oom=True)
+    outcome = classify(said_oom, 1, Flags(), objective=OBJ, limits=LIMITS)
+    assert outcome.reason == f"RuntimeError: something odd (trials.memory_limit={1 << 30} bytes)"
+    # A message that looks like OOM but was not classified so is not re-guessed here.
+    looks_oom = error(0, "RuntimeError", "CUDA out of memory", 1.0, oom=False)
+    outcome = classify(looks_oom, 1, Flags(), objective=OBJ, limits=LIMITS)
+    assert outcome.reason == "RuntimeError: CUDA out of memory"
+    # Without a memory limit there is no limit to name.
+    outcome = classify(said_oom, 1, Flags(), objective=OBJ)
+    assert outcome.reason == "RuntimeError: something odd"
+
+
+def test_a_metric_never_reported_fails_listing_what_was() -> None:
+    outcome = classify(OK, 0, Flags(), objective=Objective("macro_f1", "maximize"), history=HISTORY)
+    assert outcome == Outcome(
+        "FAIL",
+        "failed",
+        reason="objective.metric 'macro_f1' was never reported; the trial reported ['score']",
+    )
+
+
+def test_without_reports_the_returned_metrics_are_the_history() -> None:
+    outcome = classify(OK, 0, Flags(), objective=OBJ)
+    assert (outcome.state, outcome.value) == ("COMPLETE", 0.4)
+
+
+def test_reduce_history_best_last_and_nan() -> None:
+    history = [(0, {"m": 0.5}), (1, {"m": math.nan}), (2, {"m": 0.7}), (3, {"m": 0.6})]
+    assert reduce_history(history, "m", "maximize", "best") == 0.7
+    assert reduce_history(history, "m", "minimize", "best") == 0.5
+    assert reduce_history(history, "m", "maximize", "last") == 0.6
+    assert reduce_history(history, "other", "maximize", "best") is None

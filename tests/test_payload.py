@@ -1,0 +1,101 @@
+"""The typed trial payload: written by the orchestrator, read by the worker, shape-checked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dvt_hpo.payload import PayloadError, TrialLimits, TrialPayload
+from dvt_hpo.protocol import PROTOCOL_VERSION
+from dvt_hpo.spec import BatchSizeSpec
+
+FULL = TrialPayload(
+    entrypoint="pkg.mod:run",
+    config={"optim": {"lr": 0.1}, "x": [1, 2]},
+    params={"lr": 0.1},
+    study_name="s",
+    trial_number=3,
+    batch_size=BatchSizeSpec(auto=True, min=8, max=64, memory_keys=("model.width",)),
+    cache_key="abc",
+    devices=(0, 2),
+    gpus=("0", "2"),
+    limits=TrialLimits(report_timeout_s=5.0, timeout_s=60, memory_limit=1 << 30),
+    trial_dir="/runs/trial-0003",
+)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        FULL,
+        TrialPayload(entrypoint="m:f", config={}),
+        TrialPayload(entrypoint="m:f", config={}, devices="cpu"),
+        TrialPayload(entrypoint="m:f", config={}, devices=2),
+    ],
+)
+def test_a_payload_round_trips_through_its_file(payload: TrialPayload, tmp_path: Path) -> None:
+    path = tmp_path / "payload.json"
+    payload.write(path)
+    assert TrialPayload.read(path) == payload
+    assert not list(tmp_path.glob(".*"))  # the atomic writer left no temporary file
+
+
+def test_the_file_is_plain_json_with_the_version() -> None:
+    data = json.loads(json.dumps(FULL.to_json()))
+    assert data["protocol"] == PROTOCOL_VERSION
+    assert data["devices"] == [0, 2] and data["gpus"] == ["0", "2"]
+    assert data["batch_size"]["memory_keys"] == ["model.width"]
+    assert data["limits"] == {"report_timeout_s": 5.0, "timeout_s": 60, "memory_limit": 1 << 30}
+
+
+def good() -> dict[str, Any]:
+    return FULL.to_json()
+
+
+def edit(**changes: Any) -> dict[str, Any]:
+    data = good()
+    for key, value in changes.items():
+        if value is ...:
+            del data[key]
+        else:
+            data[key] = value
+    return data
+
+
+@pytest.mark.parametrize(
+    ("data", "error"),
+    [
+        ([], "must be a JSON object"),
+        (edit(protocol=1), f"protocol must be {PROTOCOL_VERSION} .*got 1"),
+        (edit(protocol=...), "protocol must be"),
+        (edit(entrypoint="pkg.mod.run"), "'module:function'"),
+        (edit(entrypoint=...), "needs 'entrypoint'"),
+        (edit(config=[1]), "config has the wrong type"),
+        (edit(trial_number="3"), "trial_number has the wrong type"),
+        (edit(colour="red"), r"unknown keys \['colour'\]"),
+        (
+            edit(batch_size={"auto": True, "maximum": 3}),
+            r"batch_size has unknown keys \['maximum'\]",
+        ),
+        (edit(batch_size={"auto": "yes"}), "auto has the wrong type"),
+        (edit(batch_size={"memory_keys": "model.width"}), "memory_keys has the wrong type"),
+        (edit(limits={"timeout_s": "long"}), "timeout_s has the wrong type"),
+        (edit(devices="0,1"), "devices has the wrong type: '0,1'"),
+        (edit(devices=[0, -1]), "devices must be"),
+        (edit(devices=True), "devices has the wrong type: True"),
+    ],
+)
+def test_a_malformed_payload_is_one_clear_error(data: Any, error: str) -> None:
+    with pytest.raises(PayloadError, match=error):
+        TrialPayload.from_json(data)
+
+
+def test_unreadable_files(tmp_path: Path) -> None:
+    with pytest.raises(PayloadError, match="cannot read the payload"):
+        TrialPayload.read(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(PayloadError, match="is not JSON"):
+        TrialPayload.read(tmp_path / "bad.json")
