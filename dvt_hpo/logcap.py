@@ -32,12 +32,15 @@ class CappedLog:
             raise ValueError(f"max_bytes must be >= 2 or None, got {max_bytes}")
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "ab")  # noqa: SIM115 - closed by close()
+        # Not O_APPEND: the tail is rewritten in place after the head.
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+        self._file = os.fdopen(fd, "wb")
+        self._file.seek(0, os.SEEK_END)
+        self._head_end = self._file.tell()
         self._head_left = None if max_bytes is None else max_bytes // 2
         self._tail_max = 0 if max_bytes is None else max_bytes - max_bytes // 2
         self._tail: deque[bytes] = deque()
         self._tail_bytes = 0
-        self._head_end = 0
         self.dropped_bytes = 0
         self.dropped_lines = 0
         self.written_bytes = 0
