@@ -1,0 +1,213 @@
+"""The warm template: fork per trial, exit statuses, staleness, no orphans."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dvt_hpo import warm
+
+pytestmark = pytest.mark.processes
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _env(extra_path: Path | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    paths = [str(REPO)] + ([str(extra_path)] if extra_path else [])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env.pop("DVT_HPO_CONTROL", None)
+    return env
+
+
+def _payload(
+    tmp_path: Path, name: str, config: dict, entrypoint: str = "tests.entrypoints.toy:run"
+) -> Path:
+    trial_dir = tmp_path / name
+    trial_dir.mkdir()
+    path = trial_dir / "payload.json"
+    path.write_text(
+        json.dumps(
+            {
+                "protocol": 1,
+                "trial_number": 0,
+                "entrypoint": entrypoint,
+                "config": config,
+                "params": {},
+                "trial_dir": str(trial_dir),
+            }
+        )
+    )
+    return path
+
+
+@pytest.fixture
+def template(tmp_path: Path):
+    t = warm.WarmTemplate.start(
+        ["dvt_hpo.worker", "tests.entrypoints.toy"],
+        env=_env(),
+        cwd=REPO,
+        log_path=tmp_path / "template.log",
+        popen=subprocess.Popen,
+    )
+    yield t
+    t.close()
+
+
+def _spawn(
+    template: warm.WarmTemplate, payload: Path, env: dict[str, str] | None = None
+) -> warm.WarmChild:
+    return template.spawn(
+        [str(payload)],
+        env=env or _env(),
+        cwd=payload.parent,
+        stdout_path=payload.parent / "stdout.log",
+        stderr_path=payload.parent / "stderr.log",
+    )
+
+
+def test_child_runs_worker_and_reports_its_status(template, tmp_path):
+    payload = _payload(tmp_path, "ok", {"curve": [0.5, 0.7], "return": {"score": 0.7}})
+    child = _spawn(template, payload)
+    assert child.exited(30)
+    assert child.reap() == 0
+    result = json.loads((payload.parent / "result.json").read_text())
+    assert result["status"] == "ok" and result["metrics"] == {"score": 0.7}
+    assert result["pid"] == child.pid
+    assert os.getpgid(template.pid) != child.pid  # the child leads a session of its own
+
+
+def test_child_exit_codes_and_signals(template, tmp_path):
+    crash = _spawn(template, _payload(tmp_path, "crash", {"actions": [{"do": "exit", "code": 7}]}))
+    segv = _spawn(template, _payload(tmp_path, "segv", {"actions": [{"do": "segfault"}]}))
+    assert crash.reap() == 7
+    assert segv.reap() == -signal.SIGSEGV
+
+
+def test_unreaped_child_keeps_its_group_until_reaped(template, tmp_path):
+    child = _spawn(
+        template, _payload(tmp_path, "sleep", {"actions": [{"do": "sleep", "seconds": 60}]})
+    )
+    assert not child.exited(0.2)
+    os.killpg(child.pid, signal.SIGTERM)
+    assert child.exited(30)
+    # Exited but not reaped: a zombie whose pid (its group id) cannot be reused yet.
+    assert Path(f"/proc/{child.pid}").exists()
+    status = child.reap()
+    assert status != 0
+
+
+def test_environment_cwd_and_logs_are_the_childs(template, tmp_path):
+    out = tmp_path / "env.json"
+    payload = _payload(
+        tmp_path,
+        "env",
+        {"actions": [{"do": "write", "path": str(out), "text": "x"}], "return": {"score": 1.0}},
+    )
+    env = _env()
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    env["DVT_HPO_TEST_MARK"] = "child-env"
+    child = _spawn(template, payload, env)
+    assert child.reap() == 0
+    assert out.read_text() == "x"
+    assert "running without an orchestrator" in (payload.parent / "stderr.log").read_text()
+
+
+def test_edited_module_makes_the_template_stale(tmp_path):
+    module = tmp_path / "edited_trainer.py"
+    module.write_text("def run(config, ctx):\n    return {'score': 1.0}\n")
+    t = warm.WarmTemplate.start(
+        ["edited_trainer"],
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        log_path=tmp_path / "template.log",
+        popen=subprocess.Popen,
+    )
+    try:
+        assert t.stale_reason() is None
+        time.sleep(0.01)
+        module.write_text("def run(config, ctx):\n    return {'score': 2.0}\n")
+        os.utime(module, ns=(time.time_ns(), time.time_ns() + 10**9))
+        reason = t.stale_reason()
+        assert reason is not None and "edited_trainer.py changed on disk" in reason
+    finally:
+        t.close()
+
+
+def test_import_error_is_reported_not_fatal(tmp_path):
+    t = warm.WarmTemplate.start(
+        ["no_such_module_xyz"],
+        env=_env(),
+        cwd=tmp_path,
+        log_path=tmp_path / "template.log",
+        popen=subprocess.Popen,
+    )
+    try:
+        assert "no_such_module_xyz" in t.errors
+        assert "ModuleNotFoundError" in t.errors["no_such_module_xyz"]
+    finally:
+        t.close()
+
+
+def test_closing_the_template_kills_its_children(template, tmp_path):
+    child = _spawn(
+        template, _payload(tmp_path, "long", {"actions": [{"do": "sleep", "seconds": 60}]})
+    )
+    assert not child.exited(0.2)
+    template.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the child outlived its template")
+
+
+def test_killed_orchestrator_leaves_no_template_or_child(tmp_path):
+    """kill -9 of the process that owns the template: the template (parent-death signal) and
+    its children (their parent-death signal) die too."""
+    script = tmp_path / "owner.py"
+    pids = tmp_path / "pids.json"
+    payload = _payload(tmp_path, "orphan", {"actions": [{"do": "sleep", "seconds": 120}]})
+    script.write_text(
+        f"""
+import json, subprocess, sys, time
+from dvt_hpo import warm
+t = warm.WarmTemplate.start(["dvt_hpo.worker", "tests.entrypoints.toy"], env={_env()!r},
+    cwd={str(REPO)!r}, log_path={str(tmp_path / "template.log")!r}, popen=subprocess.Popen)
+c = t.spawn([{str(payload)!r}], env={_env()!r}, cwd={str(payload.parent)!r},
+    stdout_path={str(payload.parent / "stdout.log")!r}, stderr_path={str(payload.parent / "stderr.log")!r})
+open({str(pids)!r}, "w").write(json.dumps([t.pid, c.pid]))
+time.sleep(300)
+"""
+    )
+    owner = subprocess.Popen([sys.executable, str(script)], env=_env())
+    deadline = time.monotonic() + 60
+    while not pids.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    template_pid, child_pid = json.loads(pids.read_text())
+    owner.kill()
+    owner.wait()
+    deadline = time.monotonic() + 10
+    alive = {template_pid, child_pid}
+    while alive and time.monotonic() < deadline:
+        for pid in list(alive):
+            try:
+                os.kill(pid, 0)
+                state = Path(f"/proc/{pid}/stat").read_text().split()[2]
+                if state == "Z":
+                    alive.discard(pid)
+            except (ProcessLookupError, FileNotFoundError):
+                alive.discard(pid)
+        time.sleep(0.05)
+    assert not alive, f"left running after kill -9 of their owner: {alive}"
