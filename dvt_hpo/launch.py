@@ -8,11 +8,15 @@ from __future__ import annotations
 import os
 import socket
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Literal
 
 from dvt_hpo.devices import Slot
+from dvt_hpo.process_tree import TrialProcess, spawner_popen
 from dvt_hpo.protocol import ENV_CONTROL, ENV_MEMORY_LIMIT
+from dvt_hpo.warm import TemplateUnavailable, WarmTemplate
 
 WORKER_MODULE = "dvt_hpo.worker"
 
@@ -31,8 +35,6 @@ _DISTRIBUTED_ENV = (
     "MASTER_ADDR",
     "MASTER_PORT",
 )
-
-# After SIGKILL only an uninterruptible (D-state) process can linger; do not hang on it.
 
 # -- command line ------------------------------------------------------------------------
 
@@ -151,8 +153,121 @@ def trial_env(
     return env
 
 
+class Launcher:
+    """Starts a study run's trial processes.
+
+    With ``trials.warm`` (the default for ``launcher: process``) each trial is forked from one
+    template process that imported the worker, the entry point's module and
+    ``trials.preload`` once (:mod:`dvt_hpo.warm`); otherwise, and for torchrun, each trial is a
+    fresh ``python`` process. A template whose watched files changed on disk, or that died, is
+    replaced before the next trial; one whose imports failed turns warm starts off for the
+    run (trials then start cold and fail with the import error as they always did). Each
+    reason is printed once.
+    """
+
+    def __init__(
+        self,
+        *,
+        launcher: str,
+        nproc_per_node: int,
+        warm: bool,
+        preload: Sequence[str],
+        base_env: Mapping[str, str],
+        cwd: Path,
+        log_path: Path,
+        log_limit: int | None,
+        out: Callable[[str], None],
+    ) -> None:
+        self.launcher = launcher
+        self.nproc_per_node = nproc_per_node
+        self.warm = warm and launcher == "process"
+        self.modules = list(dict.fromkeys([WORKER_MODULE, *preload]))
+        self.base_env = dict(base_env)
+        self.cwd = cwd
+        self.log_path = log_path
+        self.log_limit = log_limit
+        self.out = out
+        self._template: WarmTemplate | None = None
+        self._lock = threading.Lock()
+        self._said: set[str] = set()
+
+    def start(self, payload_path: Path, env: Mapping[str, str], trial_dir: Path) -> TrialProcess:
+        logs = {
+            "stdout_path": trial_dir / "stdout.log",
+            "stderr_path": trial_dir / "stderr.log",
+            "log_limit": self.log_limit,
+        }
+        template = self._warm_template() if self.warm else None
+        if template is not None:
+            try:
+                return TrialProcess.start_warm(
+                    template, [str(payload_path)], env=env, cwd=self.cwd, **logs
+                )
+            except TemplateUnavailable as exc:
+                self._say(f"warm start failed ({exc}); this trial starts cold")
+        argv = build_command(self.launcher, payload_path, nproc_per_node=self.nproc_per_node)
+        return TrialProcess.start(argv, env=env, cwd=self.cwd, **logs)
+
+    def close(self) -> None:
+        with self._lock:
+            template, self._template = self._template, None
+        if template is not None:
+            template.close()
+
+    def _warm_template(self) -> WarmTemplate | None:
+        with self._lock:
+            if not self.warm:
+                return None
+            if self._template is not None:
+                reason = self._template.stale_reason()
+                if reason is None:
+                    return self._template
+                self._say(f"restarting the warm template: {reason}")
+                self._template.close()
+                self._template = None
+            try:
+                template = WarmTemplate.start(
+                    self.modules,
+                    env=self.base_env,
+                    cwd=self.cwd,
+                    log_path=self.log_path,
+                    popen=spawner_popen,
+                )
+            except TemplateUnavailable as exc:
+                self.warm = False
+                self._say(f"warm starts off for this run: {exc}; trials start cold")
+                return None
+            if template.errors:
+                name, error = next(iter(template.errors.items()))
+                template.close()
+                self.warm = False
+                self._say(
+                    f"warm starts off for this run: importing {name} in the template failed "
+                    f"({error}); trials start cold"
+                )
+                return None
+            self._template = template
+            return template
+
+    def _say(self, message: str) -> None:
+        if message not in self._said:
+            self._said.add(message)
+            self.out(message)
+
+
+def warm_modules(entrypoint: str, builtin_entrypoint: str, preload: Sequence[str]) -> list[str]:
+    """What the warm template imports: the entry point's module and ``trials.preload``; for the
+    built-in trainer, its training module (``dvt_hpo.train`` itself imports torch lazily)."""
+    modules = [entrypoint.partition(":")[0]]
+    if entrypoint == builtin_entrypoint:
+        modules.append("dvt_hpo.train.trainer")
+    return list(dict.fromkeys([*modules, *preload]))
+
+
 __all__ = [
+    "Launcher",
     "WORKER_MODULE",
+    "warm_modules",
     "build_command",
     "free_port",
     "tail_lines",

@@ -23,10 +23,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from dvt_hpo.logcap import LogPump, open_pumped
+
+if TYPE_CHECKING:
+    from dvt_hpo.warm import WarmTemplate
 
 # After SIGKILL only an uninterruptible (D-state) process can linger; do not hang on it.
 _KILL_WAIT_S = 10.0
+# How long a finished trial's log pipes may take to drain into their files.
+_LOG_DRAIN_S = 5.0
 
 
 def describe_exit(returncode: int | None) -> str:
@@ -219,6 +226,12 @@ class _Spawner:
 _SPAWNER = _Spawner()
 
 
+def spawner_popen(**kwargs: Any) -> subprocess.Popen[bytes]:
+    """``subprocess.Popen(**kwargs)`` started from the long-lived spawner thread, so that a
+    child's parent-death signal means "the orchestrator died"."""
+    return _SPAWNER.popen(**kwargs)
+
+
 @dataclass(frozen=True)
 class StopOutcome:
     """How :meth:`TrialProcess.stop` ended a trial."""
@@ -231,127 +244,22 @@ class StopOutcome:
     all_gone: bool  # False only if some process survived SIGKILL (uninterruptible sleep)
 
 
-class TrialProcess:
-    """One trial's leader process and its process group (the leader's pid is the group id)."""
+class _PopenLeader:
+    """A leader started by the orchestrator itself (``subprocess.Popen``)."""
 
     def __init__(self, popen: subprocess.Popen[bytes]) -> None:
         self._popen = popen
         self.pid = popen.pid
-        self.pgid = popen.pid  # start_new_session: the leader leads its own group
-        self.started_s = time.perf_counter()
-        self.exited_s: float | None = None  # when the exit was first seen
-        self.stop_requested_s: float | None = None
-        self.gone_s: float | None = None  # when wait() or stop() saw every process gone
-        self._lock = threading.Lock()
-        self._cleaned = False
         try:
             self._pidfd: int | None = os.pidfd_open(self.pid)
         except (AttributeError, OSError):
             self._pidfd = None
 
-    @classmethod
-    def start(
-        cls,
-        argv: Sequence[str],
-        *,
-        env: Mapping[str, str],
-        cwd: str | os.PathLike[str] | None,
-        stdout_path: str | os.PathLike[str],
-        stderr_path: str | os.PathLike[str],
-    ) -> TrialProcess:
-        """Start ``argv`` in a new session with its output appended to the two log files."""
-        Path(stdout_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(stderr_path).parent.mkdir(parents=True, exist_ok=True)
-        with open(stdout_path, "ab") as out, open(stderr_path, "ab") as err:
-            popen = _SPAWNER.popen(
-                args=list(argv),
-                env=dict(env),
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                close_fds=True,
-                start_new_session=True,
-            )
-        return cls(popen)
-
     @property
     def returncode(self) -> int | None:
         return self._popen.returncode
 
-    def poll(self) -> int | None:
-        """The exit status if the leader has exited (reaped), else None; never blocks."""
-        return self.wait(0)
-
-    def wait(self, timeout_s: float | None = None) -> int | None:
-        """Wait for the leader to exit; its status, or None on timeout.
-
-        Once the leader has exited, what is left of its group is killed *before* the leader is
-        reaped (while the leader is a zombie its group id cannot be reused by another process),
-        and waited for: when ``wait`` returns a status, no process of the group is alive.
-        """
-        if self._popen.returncode is not None:
-            return self._popen.returncode
-        if not self._wait_exited(timeout_s):
-            return None
-        if self.exited_s is None:
-            self.exited_s = time.perf_counter()
-        with self._lock:
-            if not self._cleaned:
-                self._cleaned = True
-                _signal_group(self.pgid, signal.SIGKILL)
-                # The next trial on this slot must not meet this one's dataloader workers
-                # (or their GPU memory): wait until they are really gone.
-                wait_gone(group_members(self.pgid), _KILL_WAIT_S)
-                if self.gone_s is None:
-                    self.gone_s = time.perf_counter()
-        return self._popen.wait()
-
-    def stop(self, grace_s: float) -> StopOutcome:
-        """SIGTERM the trial, wait up to ``grace_s``, then SIGKILL; reap; wait until gone.
-
-        The trial is the leader's group and the groups of the leader's descendants that
-        started sessions of their own (torchrun ranks).
-        """
-        t0 = time.perf_counter()
-        self.stop_requested_s = t0
-        groups = self._targets()
-        if self.poll() is not None:
-            how: Literal["exited", "terminated", "killed"] = "exited"
-            code = self._popen.returncode
-            assert code is not None
-        else:
-            self._signal(groups, signal.SIGTERM)
-            code = self.wait(max(0.0, grace_s))
-            how = "terminated"
-            if code is None:
-                how = "killed"
-                groups |= self._targets()
-                self._signal(groups, signal.SIGKILL)
-                code = self.wait(None)
-                assert code is not None
-        # Whatever survived its leader in other sessions dies now. The leader's own group was
-        # cleaned by wait() before the reap; its id may be reused from here on: not signalled.
-        groups.discard(self.pgid)
-        self._signal(groups, signal.SIGKILL)
-        members = {pid for pgid in groups for pid in group_members(pgid)}
-        all_gone = wait_gone(members, _KILL_WAIT_S)
-        self.gone_s = time.perf_counter()
-        return StopOutcome(code, how, self.gone_s - t0, all_gone)
-
-    def _targets(self) -> set[int]:
-        groups = {self.pgid}
-        if self._popen.returncode is None:
-            groups |= _descendant_groups(self.pid)
-        groups.discard(os.getpgrp())
-        return groups
-
-    @staticmethod
-    def _signal(groups: set[int], sig: int) -> None:
-        for pgid in groups:
-            _signal_group(pgid, sig)
-
-    def _wait_exited(self, timeout_s: float | None) -> bool:
+    def exited(self, timeout_s: float | None) -> bool:
         """Whether the leader has exited, without reaping it."""
         if self._pidfd is not None:
             # The pidfd stays open until the object dies: closing it while another thread
@@ -379,11 +287,198 @@ class TrialProcess:
             time.sleep(min(delay_s, remaining))  # only without pidfd: nothing to wait on
             delay_s = min(delay_s * 2, 0.05)
 
+    def reap(self) -> int:
+        return self._popen.wait()
+
     def __del__(self) -> None:
         fd, self._pidfd = getattr(self, "_pidfd", None), None
         if fd is not None:
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+class _Leader(Protocol):
+    pid: int
+
+    @property
+    def returncode(self) -> int | None: ...
+    def exited(self, timeout_s: float | None) -> bool: ...
+    def reap(self) -> int: ...
+
+
+def _log_pipes(
+    stdout_path: str | os.PathLike[str],
+    stderr_path: str | os.PathLike[str],
+    log_limit: int | None,
+) -> tuple[int, int, list[LogPump]]:
+    """Write ends for a trial's stdout and stderr, each copied into its capped log file."""
+    Path(stdout_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(stderr_path).parent.mkdir(parents=True, exist_ok=True)
+    out_fd, out_pump = open_pumped(stdout_path, log_limit, "dvt-hpo-log-out")
+    err_fd, err_pump = open_pumped(stderr_path, log_limit, "dvt-hpo-log-err")
+    return out_fd, err_fd, [out_pump, err_pump]
+
+
+class TrialProcess:
+    """One trial's leader process and its process group (the leader's pid is the group id).
+
+    The leader is either spawned (``python -m dvt_hpo.worker``, torchrun) or forked by the
+    warm template (:mod:`dvt_hpo.warm`); both are watched and stopped the same way. Its output
+    reaches the log files through pipes, capped at ``log_limit`` bytes per stream
+    (:mod:`dvt_hpo.logcap`)."""
+
+    def __init__(self, leader: _Leader, pumps: Sequence[LogPump] = (), *, warm: bool = False):
+        self._leader = leader
+        self._pumps = list(pumps)
+        self.warm = warm
+        self.pid = leader.pid
+        self.pgid = leader.pid  # a session of its own: the leader leads its own group
+        self.started_s = time.perf_counter()
+        self.exited_s: float | None = None  # when the exit was first seen
+        self.stop_requested_s: float | None = None
+        self.gone_s: float | None = None  # when wait() or stop() saw every process gone
+        self._lock = threading.Lock()
+        self._cleaned = False
+
+    @classmethod
+    def start(
+        cls,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        cwd: str | os.PathLike[str] | None,
+        stdout_path: str | os.PathLike[str],
+        stderr_path: str | os.PathLike[str],
+        log_limit: int | None = None,
+    ) -> TrialProcess:
+        """Start ``argv`` in a new session, its output copied into the two log files."""
+        out_fd, err_fd, pumps = _log_pipes(stdout_path, stderr_path, log_limit)
+        try:
+            popen = _SPAWNER.popen(
+                args=list(argv),
+                env=dict(env),
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=out_fd,
+                stderr=err_fd,
+                close_fds=True,
+                start_new_session=True,
+            )
+        finally:
+            os.close(out_fd)
+            os.close(err_fd)
+        return cls(_PopenLeader(popen), pumps)
+
+    @classmethod
+    def start_warm(
+        cls,
+        template: WarmTemplate,
+        args: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        cwd: str | os.PathLike[str],
+        stdout_path: str | os.PathLike[str],
+        stderr_path: str | os.PathLike[str],
+        log_limit: int | None = None,
+    ) -> TrialProcess:
+        """Fork ``python -m dvt_hpo.worker *args`` from the warm template (raises
+        :class:`~dvt_hpo.warm.TemplateUnavailable` when it cannot)."""
+        out_fd, err_fd, pumps = _log_pipes(stdout_path, stderr_path, log_limit)
+        try:
+            child = template.spawn(args, env=env, cwd=cwd, stdout_fd=out_fd, stderr_fd=err_fd)
+        except BaseException:
+            os.close(out_fd)
+            os.close(err_fd)
+            for pump in pumps:
+                pump.join(5)
+            raise
+        os.close(out_fd)
+        os.close(err_fd)
+        return cls(child, pumps, warm=True)
+
+    @property
+    def returncode(self) -> int | None:
+        return self._leader.returncode
+
+    def poll(self) -> int | None:
+        """The exit status if the leader has exited (reaped), else None; never blocks."""
+        return self.wait(0)
+
+    def wait(self, timeout_s: float | None = None) -> int | None:
+        """Wait for the leader to exit; its status, or None on timeout.
+
+        Once the leader has exited, what is left of its group is killed *before* the leader is
+        reaped (while the leader is a zombie its group id cannot be reused by another process),
+        and waited for: when ``wait`` returns a status, no process of the group is alive and
+        the log files hold everything the trial wrote.
+        """
+        if self._leader.returncode is not None:
+            return self._leader.returncode
+        if not self._leader.exited(timeout_s):
+            return None
+        if self.exited_s is None:
+            self.exited_s = time.perf_counter()
+        with self._lock:
+            if not self._cleaned:
+                self._cleaned = True
+                _signal_group(self.pgid, signal.SIGKILL)
+                # The next trial on this slot must not meet this one's dataloader workers
+                # (or their GPU memory): wait until they are really gone.
+                wait_gone(group_members(self.pgid), _KILL_WAIT_S)
+                if self.gone_s is None:
+                    self.gone_s = time.perf_counter()
+        code = self._leader.reap()
+        for pump in self._pumps:
+            # A process of another session (a torchrun rank) may still hold the pipe until
+            # stop() kills it: bounded.
+            pump.join(_LOG_DRAIN_S)
+        return code
+
+    def stop(self, grace_s: float) -> StopOutcome:
+        """SIGTERM the trial, wait up to ``grace_s``, then SIGKILL; reap; wait until gone.
+
+        The trial is the leader's group and the groups of the leader's descendants that
+        started sessions of their own (torchrun ranks).
+        """
+        t0 = time.perf_counter()
+        self.stop_requested_s = t0
+        groups = self._targets()
+        if self.poll() is not None:
+            how: Literal["exited", "terminated", "killed"] = "exited"
+            code = self._leader.returncode
+            assert code is not None
+        else:
+            self._signal(groups, signal.SIGTERM)
+            code = self.wait(max(0.0, grace_s))
+            how = "terminated"
+            if code is None:
+                how = "killed"
+                groups |= self._targets()
+                self._signal(groups, signal.SIGKILL)
+                code = self.wait(None)
+                assert code is not None
+        # Whatever survived its leader in other sessions dies now. The leader's own group was
+        # cleaned by wait() before the reap; its id may be reused from here on: not signalled.
+        groups.discard(self.pgid)
+        self._signal(groups, signal.SIGKILL)
+        members = {pid for pgid in groups for pid in group_members(pgid)}
+        all_gone = wait_gone(members, _KILL_WAIT_S)
+        for pump in self._pumps:
+            pump.join(_LOG_DRAIN_S)
+        self.gone_s = time.perf_counter()
+        return StopOutcome(code, how, self.gone_s - t0, all_gone)
+
+    def _targets(self) -> set[int]:
+        groups = {self.pgid}
+        if self._leader.returncode is None:
+            groups |= _descendant_groups(self.pid)
+        groups.discard(os.getpgrp())
+        return groups
+
+    @staticmethod
+    def _signal(groups: set[int], sig: int) -> None:
+        for pgid in groups:
+            _signal_group(pgid, sig)
 
 
 __all__ = [

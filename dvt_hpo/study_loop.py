@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from dvt_hpo import devices, recovery, space
+from dvt_hpo import devices, launch, recovery, space
 from dvt_hpo.events import StudyEnded, StudyObserver, StudyStarted, TrialFinished, TrialStarted
 from dvt_hpo.exceptions import DvtHpoError
 from dvt_hpo.import_path import child_pythonpath
@@ -71,6 +71,19 @@ class StudyRunner:
             "PYTHONPATH": child_pythonpath(spec.path.parent),
             "PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1"),
         }
+        self.launcher = launch.Launcher(
+            launcher=spec.trials.launcher,
+            nproc_per_node=spec.trials.nproc_per_node,
+            warm=spec.trials.warm,
+            preload=launch.warm_modules(
+                spec.trainer.entrypoint, BUILTIN_ENTRYPOINT, spec.trials.preload
+            ),
+            base_env=self.child_env,
+            cwd=spec.path.parent,
+            log_path=spec.trials.runs_dir / "warm-template.log",
+            log_limit=spec.trials.log_limit,
+            out=self.out,
+        )
         self.study: optuna.Study
         self.storage: Any
         self.cache: StudyCache
@@ -167,6 +180,7 @@ class StudyRunner:
             exit_code = EXIT_INTERRUPTED
             raise
         finally:
+            self.launcher.close()
             self._study_ended(exit_code)
 
     def _loop(self) -> str | None:

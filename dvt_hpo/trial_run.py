@@ -223,9 +223,6 @@ class TrialRun:
         self.payload().write(payload_path)
 
         with ControlServer(None, self) as server:
-            argv = launch.build_command(
-                spec.trials.launcher, payload_path, nproc_per_node=spec.trials.nproc_per_node
-            )
             env = launch.trial_env(
                 self.loop.child_env, self.slot, server.path, spec.trials.memory_limit
             )
@@ -237,13 +234,9 @@ class TrialRun:
                     else {}
                 )
             )
-            self.process = TrialProcess.start(
-                argv,
-                env=env,
-                cwd=spec.path.parent,
-                stdout_path=self.trial_dir / "stdout.log",
-                stderr_path=self.trial_dir / "stderr.log",
-            )
+            self.process = self.loop.launcher.start(payload_path, env, self.trial_dir)
+            if self.process.warm:
+                self._set_attrs({"warm_start": True})
             self.phase = Phase.RUNNING
             waiter = threading.Thread(
                 target=self._wait_exit, name=f"trial-{self.number}-wait", daemon=True
@@ -335,6 +328,7 @@ class TrialRun:
                 )
             else:
                 study.tell(self.trial, state=_state("FAIL"), skip_if_finished=True)
+        self._apply_keep_logs(outcome.state)
         bs = self.attrs.get("batch_size")
         return TrialOutcome(
             number=self.number,
@@ -348,6 +342,15 @@ class TrialRun:
             batch_size=bs if isinstance(bs, int) else None,
             user_attrs={**self.attrs, **attrs},
         )
+
+    def _apply_keep_logs(self, state: str) -> None:
+        """``trials.keep_logs``: a finished trial's folder is removed unless the rule keeps it
+        (``all``; ``failed`` keeps FAIL only; ``none`` keeps nothing)."""
+        keep = self.spec.trials.keep_logs
+        if keep == "all" or (keep == "failed" and state == "FAIL"):
+            return
+        shutil.rmtree(self.trial_dir, ignore_errors=True)
+        self._set_attrs({"log_dir": f"removed (trials.keep_logs={keep})"})
 
     def _set_attrs(self, attrs: Mapping[str, Any]) -> None:
         import optuna

@@ -1,7 +1,7 @@
 """Warm trial starts: a template process imports once, then forks a fresh child per trial.
 
 In the spirit of multiprocessing's forkserver (a "zygote"). The orchestrator starts one
-template per study run (``python -m dvt_hpo.warm FD``); the template imports the worker, the
+template per study run (``python -m dvt_hpo.warm FD LOG_PATH MODULE...``); the template imports the worker, the
 entry point's module, torch and ``trials.preload``, then waits for requests on a socket. For
 each trial it forks a child that becomes a session (and process-group) leader of its own, sets
 the trial's environment, working directory and log files, and runs the worker's ``main``
@@ -108,7 +108,13 @@ def _preload(modules: Sequence[str]) -> dict[str, str]:
     return errors
 
 
-def _child(request: Mapping[str, Any], sock: socket.socket) -> None:
+def _child(
+    request: Mapping[str, Any],
+    sock: socket.socket,
+    out_fd: int,
+    err_fd: int,
+    inherited: Sequence[int],
+) -> None:
     """In the forked child: become the trial process, run the worker, never return."""
     code = 1
     try:
@@ -118,11 +124,12 @@ def _child(request: Mapping[str, Any], sock: socket.socket) -> None:
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        for fd in inherited:
+            with contextlib.suppress(OSError):
+                os.close(fd)
         os.chdir(request["cwd"])
         null = os.open(os.devnull, os.O_RDONLY)
-        out = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        for fd, target in ((null, 0), (out, 1), (err, 2)):
+        for fd, target in ((null, 0), (out_fd, 1), (err_fd, 2)):
             os.dup2(fd, target)
             os.close(fd)
         os.environ.clear()
@@ -192,6 +199,7 @@ def serve(fd: int, modules: Sequence[str]) -> int:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     children: dict[int, bool] = {}  # pid -> exit reported
     buffer = b""
+    fds: list[int] = []  # received with spawn requests (SCM_RIGHTS), two per request
     try:
         while True:
             ready, _, _ = select.select([sock, wake_r], [], [])
@@ -207,7 +215,8 @@ def serve(fd: int, modules: Sequence[str]) -> int:
                     _send(sock, {"op": "exited", "pid": pid, "status": status})
             if sock not in ready:
                 continue
-            data = sock.recv(1 << 16)
+            data, received, _, _ = socket.recv_fds(sock, 1 << 16, 16)
+            fds.extend(received)
             if not data:
                 return 0  # the orchestrator closed us (or died): children are killed below
             buffer += data
@@ -217,9 +226,12 @@ def serve(fd: int, modules: Sequence[str]) -> int:
                 if request["op"] == "spawn":
                     for stream in (sys.stdout, sys.stderr):
                         stream.flush()
+                    out_fd, err_fd = fds.pop(0), fds.pop(0)
                     pid = os.fork()
                     if pid == 0:
-                        _child(request, sock)
+                        _child(request, sock, out_fd, err_fd, (wake_r, wake_w, *fds))
+                    os.close(out_fd)
+                    os.close(err_fd)
                     children[pid] = False
                     _send(sock, {"op": "spawned", "id": request["id"], "pid": pid})
                 elif request["op"] == "reap":
@@ -288,7 +300,16 @@ class WarmTemplate:
         try:
             with open(log_path, "ab") as log:
                 process = popen(
-                    args=[python, "-m", WARM_MODULE, str(theirs.fileno()), *modules],
+                    # The log path names the study's runs folder in `ps` (and for tests
+                    # that look for a study's processes); the children show the same.
+                    args=[
+                        python,
+                        "-m",
+                        WARM_MODULE,
+                        str(theirs.fileno()),
+                        os.fspath(log_path),
+                        *modules,
+                    ],
                     env=dict(env),
                     cwd=os.fspath(cwd),
                     stdin=subprocess.DEVNULL,
@@ -346,11 +367,13 @@ class WarmTemplate:
         *,
         env: Mapping[str, str],
         cwd: str | os.PathLike[str],
-        stdout_path: str | os.PathLike[str],
-        stderr_path: str | os.PathLike[str],
+        stdout_fd: int,
+        stderr_fd: int,
         timeout_s: float = 30.0,
     ) -> WarmChild:
-        """Fork a child that runs ``python -m dvt_hpo.worker *args`` in a session of its own."""
+        """Fork a child that runs ``python -m dvt_hpo.worker *args`` in a session of its own,
+        its stdout and stderr on the given file descriptors (sent to the template; the
+        caller still closes its own copies)."""
         if not self.alive:
             raise TemplateUnavailable("the warm template died")
         request_id = next(self._ids)
@@ -365,9 +388,8 @@ class WarmTemplate:
                 "args": list(args),
                 "env": dict(env),
                 "cwd": os.fspath(cwd),
-                "stdout": os.fspath(stdout_path),
-                "stderr": os.fspath(stderr_path),
-            }
+            },
+            fds=(stdout_fd, stderr_fd),
         )
         if not event.wait(timeout_s) or not box:
             raise TemplateUnavailable("the warm template did not fork the trial")
@@ -388,10 +410,16 @@ class WarmTemplate:
             self.process.wait()
 
     # -- internals ------------------------------------------------------------------------
-    def _write(self, msg: Mapping[str, Any]) -> None:
+    def _write(self, msg: Mapping[str, Any], fds: Sequence[int] = ()) -> None:
         try:
             with self._send_lock:
-                _send(self._sock, msg)
+                if fds:
+                    line = json.dumps(msg, separators=(",", ":")).encode() + b"\n"
+                    sent = socket.send_fds(self._sock, [line], list(fds))
+                    if sent < len(line):
+                        self._sock.sendall(line[sent:])
+                else:
+                    _send(self._sock, msg)
         except OSError:
             self._on_dead()
             raise TemplateUnavailable("the warm template died") from None
@@ -477,10 +505,10 @@ class WarmChild:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args or not args[0].isdigit():
-        sys.stderr.write("usage: python -m dvt_hpo.warm FD [MODULE ...]\n")
+    if len(args) < 2 or not args[0].isdigit():
+        sys.stderr.write("usage: python -m dvt_hpo.warm FD LOG_PATH [MODULE ...]\n")
         return 2
-    return serve(int(args[0]), args[1:])
+    return serve(int(args[0]), args[2:])
 
 
 if __name__ == "__main__":

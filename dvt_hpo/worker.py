@@ -413,6 +413,9 @@ def main(argv: list[str] | None = None) -> int:
             _say(f"cannot write the result in {trial_dir}: {exc}")
             code = code or EXIT_ERROR
     if result["status"] == "error":
+        # The whole traceback goes to stderr.log too, where a user looks first.
+        with contextlib.suppress(Exception):
+            sys.stderr.write(result.get("traceback") or "")
         _say(f"rank {rank} failed: {result['exc_type']}: {result['message'][:500]}")
     if client is not None:
         client.close()

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from dvt_hpo.devices import Slot
 from dvt_hpo.launch import build_command, free_port, tail_lines, trial_env
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, toy_study
 
 # -- command lines -----------------------------------------------------------------------
 
@@ -109,3 +111,118 @@ def test_the_trial_process_never_imports_optuna_or_numpy() -> None:
         "assert not heavy, heavy\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+# -- warm starts, bounded logs, log retention (real studies) ------------------------------
+
+EDITED_TRAINER = """
+from pathlib import Path
+
+VERSION = {version}
+
+
+def run(config, ctx):
+    if VERSION == 1:
+        # Trial 0 edits this very module: the next trial must run the new code.
+        path = Path(__file__)
+        path.write_text(path.read_text().replace("VERSION = 1", "VERSION = 2"))
+    ctx.report(0, {{"score": float(VERSION)}})
+    return {{"score": float(VERSION)}}
+"""
+
+
+def _run(study: Path) -> tuple[list[Any], list[str]]:
+    import optuna
+
+    from dvt_hpo.spec import load_spec
+    from dvt_hpo.study_loop import StudyRunner
+
+    lines: list[str] = []
+    result = StudyRunner(load_spec(study), out=lines.append).run()
+    trials: list[optuna.trial.FrozenTrial] = sorted(result.trials, key=lambda t: t.number)
+    return trials, lines
+
+
+@pytest.mark.processes
+def test_a_module_edited_between_trials_is_seen_by_the_next_warm_trial(
+    tmp_path: Path, write_study: Callable[..., Path], unique_name: str
+) -> None:
+    (tmp_path / "edited_trainer.py").write_text(EDITED_TRAINER.format(version=1))
+    doc = toy_study(unique_name, trainer={"entrypoint": "edited_trainer:run", "config": {}})
+    trials, lines = _run(write_study(doc))
+    assert [t.value for t in trials] == [1.0, 2.0]
+    assert all(t.user_attrs.get("warm_start") for t in trials)
+    assert any(
+        "restarting the warm template" in line and "edited_trainer.py" in line for line in lines
+    )
+
+
+@pytest.mark.processes
+def test_an_import_error_in_the_template_turns_warm_off_and_the_trial_fails_with_it(
+    tmp_path: Path, write_study: Callable[..., Path], unique_name: str
+) -> None:
+    (tmp_path / "broken_trainer.py").write_text("import no_such_module_xyz\n")
+    doc = toy_study(unique_name, trainer={"entrypoint": "broken_trainer:run", "config": {}})
+    doc["study"]["n_trials"] = 1
+    trials, lines = _run(write_study(doc))
+    assert trials[0].state.name == "FAIL"
+    assert "no_such_module_xyz" in trials[0].user_attrs["reason"]
+    assert "warm_start" not in trials[0].user_attrs
+    assert sum("warm starts off for this run" in line for line in lines) == 1
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+def test_a_chatty_trial_log_keeps_its_beginning_and_end(
+    write_study: Callable[..., Path], unique_name: str, warm: bool
+) -> None:
+    actions = [
+        {"do": "print", "text": "FIRST LINE"},
+        {"do": "print", "text": "x" * 99, "times": 30_000},  # 3 MB
+        {"do": "print", "text": "LAST LINE"},
+        {"do": "curve", "values": [0.5]},
+    ]
+    doc = toy_study(unique_name, trials={"log_limit": "64KiB", "warm": warm})
+    doc["trainer"]["config"]["actions"] = actions
+    doc["study"]["n_trials"] = 1
+    (trial,), _ = _run(write_study(doc))
+    assert trial.state.name == "COMPLETE"
+    log = Path(trial.user_attrs["log_dir"], "stdout.log").read_text()
+    assert len(log) < 64 * 1024 + 200
+    assert log.startswith("FIRST LINE") and log.rstrip().endswith("LAST LINE")
+    assert "dropped here" in log
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize(("keep", "kept"), [("all", {0, 1}), ("failed", {1}), ("none", set())])
+def test_keep_logs_removes_the_folders_of_finished_trials(
+    write_study: Callable[..., Path], unique_name: str, keep: str, kept: set[int]
+) -> None:
+    doc = toy_study(unique_name, trials={"keep_logs": keep})
+    doc["trainer"]["entrypoint"] = "tests.entrypoints.switch:run"
+    doc["trainer"]["config"] = {
+        "fault": False,
+        "fault_actions": [{"do": "raise", "message": "boom"}],
+        "actions": [{"do": "curve", "values": [0.5]}],
+    }
+    doc["search_space"] = [
+        {"name": "fault", "path": "fault", "kind": "categorical", "choices": [False, True]}
+    ]
+    study = write_study(doc)
+    import optuna
+
+    from dvt_hpo.spec import load_spec
+
+    spec = load_spec(study)
+    created = optuna.create_study(
+        storage=spec.study.storage, study_name=unique_name, direction="maximize"
+    )
+    created.enqueue_trial({"fault": False})
+    created.enqueue_trial({"fault": True})
+    trials, _ = _run(study)
+    assert [t.state.name for t in trials] == ["COMPLETE", "FAIL"]
+    on_disk = {
+        t.number for t in trials if (spec.trials.runs_dir / f"trial-{t.number:04d}").exists()
+    }
+    assert on_disk == kept
+    assert "boom" in trials[1].user_attrs["stderr_tail"]  # the traceback reached stderr.log

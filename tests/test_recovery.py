@@ -204,16 +204,18 @@ def snapshot(trial: optuna.trial.FrozenTrial) -> tuple[Any, ...]:
 
 
 @pytest.mark.processes
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
 def test_kill_9_of_the_orchestrator_leaves_no_orphan_and_the_rerun_retries_the_trial(
     tmp_path: Path,
     write_study: Callable[..., Path],
     orchestrator: Callable[[Path], Orchestrator],
     runs_dir: Path,
     unique_name: str,
+    warm: bool,
 ) -> None:
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    study = write_study(fifo_study(unique_name, fifo, study={"n_trials": 2}))
+    study = write_study(fifo_study(unique_name, fifo, study={"n_trials": 2}, trials={"warm": warm}))
 
     first = orchestrator(study)
     wait_trial_running(fifo)
@@ -251,16 +253,18 @@ def test_kill_9_of_the_orchestrator_leaves_no_orphan_and_the_rerun_retries_the_t
 
 
 @pytest.mark.processes
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
 def test_ctrl_c_records_the_running_trial_as_interrupted_and_the_rerun_runs_its_copy(
     tmp_path: Path,
     write_study: Callable[..., Path],
     orchestrator: Callable[[Path], Orchestrator],
     runs_dir: Path,
     unique_name: str,
+    warm: bool,
 ) -> None:
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    study = write_study(fifo_study(unique_name, fifo, study={"n_trials": 3}))
+    study = write_study(fifo_study(unique_name, fifo, study={"n_trials": 3}, trials={"warm": warm}))
 
     run = orchestrator(study)
     wait_trial_running(fifo)
@@ -297,16 +301,18 @@ def test_ctrl_c_records_the_running_trial_as_interrupted_and_the_rerun_runs_its_
 
 
 @pytest.mark.processes
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
 def test_sigterm_to_the_orchestrator_is_an_interruption(
     tmp_path: Path,
     write_study: Callable[..., Path],
     orchestrator: Callable[[Path], Orchestrator],
     runs_dir: Path,
     unique_name: str,
+    warm: bool,
 ) -> None:
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    study = write_study(fifo_study(unique_name, fifo, study={"n_trials": 1}))
+    study = write_study(fifo_study(unique_name, fifo, study={"n_trials": 1}, trials={"warm": warm}))
 
     run = orchestrator(study)
     wait_trial_running(fifo)

@@ -93,12 +93,17 @@ FAULTS = {
 }
 
 
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
 @pytest.mark.parametrize("fault", sorted(FAULTS))
 def test_faults_are_recorded_and_the_study_goes_on(
-    write_study: Callable[..., Path], unique_name: str, fault: str
+    write_study: Callable[..., Path], unique_name: str, fault: str, warm: bool
 ) -> None:
     actions, trials_section, reason = FAULTS[fault]
-    doc = toy(unique_name, [{"do": "curve", "values": [0.5]}], trials={"stop_grace_s": 1})
+    doc = toy(
+        unique_name,
+        [{"do": "curve", "values": [0.5]}],
+        trials={"stop_grace_s": 1, "warm": warm},
+    )
     doc["trials"].update(trials_section)
     doc["trainer"]["entrypoint"] = "tests.entrypoints.switch:run"
     doc["trainer"]["config"].update(fault=False, fault_actions=actions)
@@ -145,12 +150,14 @@ def test_max_failures_stops_a_study_whose_trials_keep_failing(
     assert len(study.trials) == 2
 
 
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
 def test_a_pruned_trial_stops_at_the_pruned_step_and_its_processes_are_gone(
-    write_study: Callable[..., Path], unique_name: str
+    write_study: Callable[..., Path], unique_name: str, warm: bool
 ) -> None:
     doc = toy(
         unique_name,
         [{"do": "spawn", "seconds": 120}, {"do": "curve", "values": [0.1, 0.1, 0.1, 0.1]}],
+        trials={"warm": warm},
     )
     doc["study"]["n_trials"] = 1
     doc["study"]["pruner"] = {"kind": "threshold", "lower": 0.5}

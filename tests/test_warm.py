@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from dvt_hpo import warm
+from dvt_hpo.payload import TrialPayload
 
 pytestmark = pytest.mark.processes
 
@@ -33,18 +34,9 @@ def _payload(
     trial_dir = tmp_path / name
     trial_dir.mkdir()
     path = trial_dir / "payload.json"
-    path.write_text(
-        json.dumps(
-            {
-                "protocol": 1,
-                "trial_number": 0,
-                "entrypoint": entrypoint,
-                "config": config,
-                "params": {},
-                "trial_dir": str(trial_dir),
-            }
-        )
-    )
+    TrialPayload(
+        entrypoint=entrypoint, config=config, trial_number=0, trial_dir=str(trial_dir)
+    ).write(path)
     return path
 
 
@@ -64,13 +56,16 @@ def template(tmp_path: Path):
 def _spawn(
     template: warm.WarmTemplate, payload: Path, env: dict[str, str] | None = None
 ) -> warm.WarmChild:
-    return template.spawn(
-        [str(payload)],
-        env=env or _env(),
-        cwd=payload.parent,
-        stdout_path=payload.parent / "stdout.log",
-        stderr_path=payload.parent / "stderr.log",
-    )
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+    out = os.open(payload.parent / "stdout.log", flags, 0o644)
+    err = os.open(payload.parent / "stderr.log", flags, 0o644)
+    try:
+        return template.spawn(
+            [str(payload)], env=env or _env(), cwd=payload.parent, stdout_fd=out, stderr_fd=err
+        )
+    finally:
+        os.close(out)
+        os.close(err)
 
 
 def test_child_runs_worker_and_reports_its_status(template, tmp_path):
@@ -183,10 +178,10 @@ def test_killed_orchestrator_leaves_no_template_or_child(tmp_path):
         f"""
 import json, subprocess, sys, time
 from dvt_hpo import warm
+from dvt_hpo.payload import TrialPayload
 t = warm.WarmTemplate.start(["dvt_hpo.worker", "tests.entrypoints.toy"], env={_env()!r},
     cwd={str(REPO)!r}, log_path={str(tmp_path / "template.log")!r}, popen=subprocess.Popen)
-c = t.spawn([{str(payload)!r}], env={_env()!r}, cwd={str(payload.parent)!r},
-    stdout_path={str(payload.parent / "stdout.log")!r}, stderr_path={str(payload.parent / "stderr.log")!r})
+c = t.spawn([{str(payload)!r}], env={_env()!r}, cwd={str(payload.parent)!r}, stdout_fd=1, stderr_fd=2)
 open({str(pids)!r}, "w").write(json.dumps([t.pid, c.pid]))
 time.sleep(300)
 """

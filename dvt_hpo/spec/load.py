@@ -114,6 +114,14 @@ def _check_runnable(
             f"import it from the study file's folder ({folder}), then PYTHONPATH and the "
             "installed packages, never from the working directory",
         )
+    for i, name in enumerate(trials.preload):
+        if not import_path.find_module(name, folder):
+            raise doc.error(
+                ("trials", "preload", i),
+                f"module {name!r} cannot be found: the warm template imports it as trials "
+                f"do, from the study file's folder ({folder}), then PYTHONPATH and the "
+                "installed packages",
+            )
     try:
         check_storage_driver(storage)
     except SpecError as exc:

@@ -83,6 +83,11 @@ class TrialsSpec:
     memory_limit: int | None = domain(None)  # bytes (parsed from "4GiB", "512MB", ints)
     report_timeout_s: float = rule(60.0, gt=0)  # bounded wait in ctx.report for a decision
     runs_dir: Path = domain(Path("runs"))  # resolved; default <study file folder>/runs/<name>
+    # Fork each trial from a template that imported the trainer once (launcher process only).
+    warm: bool = domain(True)
+    preload: tuple[str, ...] = domain(())  # more modules the warm template imports
+    log_limit: int | None = domain(10 * 1024**2)  # bytes per stream and trial; None: no cap
+    keep_logs: Literal["all", "failed", "none"] = rule("all")  # logs of finished trials
 
 
 @dataclass(frozen=True)

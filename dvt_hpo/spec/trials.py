@@ -22,6 +22,8 @@ __all__ = ["read_devices", "read_memory_limit", "read_trials"]
 _GPU_LIST_RE = re.compile(r"^\d+(\s*,\s*\d+)*$")
 # Below this a byte count is almost surely a unit mistake (``memory_limit: 4096`` meant MiB).
 _MIN_MEMORY_LIMIT = 16 * 1024**2
+_MIN_LOG_LIMIT = 4096
+_MODULE_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 
 def read_trials(r: Reader, root: Mapping[str, Any], study_name: str) -> TrialsSpec:
@@ -55,7 +57,62 @@ def read_trials(r: Reader, root: Mapping[str, Any], study_name: str) -> TrialsSp
         memory_limit=read_memory_limit(r, sec, key),
         report_timeout_s=sec.get("report_timeout_s", defaults.report_timeout_s),
         runs_dir=r.resolve(runs_dir) if runs_dir is not None else r.resolve(f"runs/{study_name}"),
+        warm=read_warm(r, sec, key, launcher),
+        preload=read_preload(r, sec, key),
+        log_limit=read_log_limit(r, sec, key),
+        keep_logs=sec.get("keep_logs", defaults.keep_logs),
     )
+
+
+def read_warm(r: Reader, sec: Mapping[str, Any], key: Key, launcher: str) -> bool:
+    """``warm``: true (the default with launcher process), false, or null for the default.
+    torchrun trials always start through torchrun, so an explicit true there is refused."""
+    value = sec.get("warm")
+    if value is None:
+        return launcher == "process"
+    if not isinstance(value, bool):
+        raise r.err((*key, "warm"), f"must be true, false or null, got {describe(value)}")
+    if value and launcher != "process":
+        raise r.err(
+            (*key, "warm"),
+            "warm starts apply to launcher: process; torchrun starts every rank itself "
+            "(write warm: false or leave it out)",
+        )
+    return value
+
+
+def read_preload(r: Reader, sec: Mapping[str, Any], key: Key) -> tuple[str, ...]:
+    value = sec.get("preload")
+    if value is None:
+        return ()
+    fkey = (*key, "preload")
+    if not isinstance(value, list):
+        raise r.err(
+            fkey, f"must be a list of module names such as [torch, timm], got {describe(value)}"
+        )
+    for i, name in enumerate(value):
+        if not isinstance(name, str) or not _MODULE_RE.match(name):
+            raise r.err(
+                (*fkey, i),
+                f"must be a module name such as 'timm' or 'pkg.models', got {describe(name)}",
+            )
+    return tuple(value)
+
+
+def read_log_limit(r: Reader, sec: Mapping[str, Any], key: Key) -> int | None:
+    if "log_limit" not in sec:
+        return TrialsSpec().log_limit
+    value = sec["log_limit"]
+    if value is None:
+        return None
+    fkey = (*key, "log_limit")
+    try:
+        size = parse_bytes(value)
+    except ValueError as exc:
+        raise r.err(fkey, f"must be null (no cap) or a size such as '10MiB': {exc}") from None
+    if size < _MIN_LOG_LIMIT:
+        raise r.err(fkey, f"must be at least {format_bytes(_MIN_LOG_LIMIT)} per log, got {value!r}")
+    return size
 
 
 def read_devices(r: Reader, sec: Mapping[str, Any], key: Key) -> Any:

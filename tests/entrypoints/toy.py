@@ -23,6 +23,7 @@ action may carry ``"rank": 1`` or ``"rank": [0, 2]`` to run only on those ranks.
 ``find_batch_size``    ``ctx.find_batch_size`` with a fits() that fits up to ``capacity``
                        (``capacity_by_rank`` overrides per rank; ``oom_above: true`` raises
                        MemoryError instead of returning False); ``device`` names the device
+``print``              print ``text`` to stdout ``times`` times (a chatty trainer)
 ``write``              write ``text`` to ``path``
 ``read``               read ``path`` (with ``write``, a FIFO makes two ranks meet: each
                        blocks until the other opens it)
@@ -115,6 +116,9 @@ def run(config: dict[str, Any], ctx: Any) -> dict[str, float] | None:
                 choice = ctx.find_batch_size(fits, device=action.get("device", "toy"))
                 if choice is not None:
                     last = {**(last or {}), "batch_size": float(choice.batch_size)}
+            elif do == "print":
+                for _ in range(int(action.get("times", 1))):
+                    print(action.get("text", ""))
             elif do == "write":
                 with open(action["path"], "w") as f:
                     f.write(action.get("text", ""))
