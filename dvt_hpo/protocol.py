@@ -26,6 +26,8 @@ PROTOCOL_VERSION = 2
 
 ENV_CONTROL = "DVT_HPO_CONTROL"
 ENV_MEMORY_LIMIT = "DVT_HPO_MEMORY_LIMIT"
+# time.time() when the orchestrator launched the trial: the worker measures its start-up.
+ENV_LAUNCHED = "DVT_HPO_LAUNCHED_UNIX"
 
 # Exit codes of ``python -m dvt_hpo.worker`` (the result file says more; these let the
 # orchestrator tell outcomes apart when no result file could be written).

@@ -28,7 +28,7 @@ from dvt_hpo.events import TrialReported
 from dvt_hpo.outcome import Flags, Limits, Objective, Outcome, Phase, classify
 from dvt_hpo.payload import TrialLimits, TrialPayload
 from dvt_hpo.process_tree import TrialProcess, describe_exit
-from dvt_hpo.protocol import Hello
+from dvt_hpo.protocol import ENV_LAUNCHED, Hello
 
 if TYPE_CHECKING:
     import optuna
@@ -234,6 +234,7 @@ class TrialRun:
                     else {}
                 )
             )
+            env[ENV_LAUNCHED] = repr(time.time())
             self.process = self.loop.launcher.start(payload_path, env, self.trial_dir)
             if self.process.warm:
                 self._set_attrs({"warm_start": True})
@@ -283,6 +284,9 @@ class TrialRun:
             rank_errors=rank_errors,
             limits=Limits(spec.trials.timeout_s, spec.trials.memory_limit),
         )
+        if result and isinstance(result.get("startup_s"), (int, float)):
+            # Launch to the entry point's call: what a warm start saves.
+            self._set_attrs({"startup_s": result["startup_s"]})
         if result and result.get("status") == "ok" and result.get("metrics"):
             self._set_attrs({"final_metrics": result["metrics"]})
         return self._record(outcome, returncode)

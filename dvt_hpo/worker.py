@@ -44,6 +44,7 @@ from dvt_hpo.exceptions import BatchSizeError, TrialPruned
 from dvt_hpo.payload import PayloadError, TrialPayload
 from dvt_hpo.protocol import (
     ENV_CONTROL,
+    ENV_LAUNCHED,
     ENV_MEMORY_LIMIT,
     EXIT_BAD_PAYLOAD,
     EXIT_ERROR,
@@ -264,6 +265,15 @@ def _exit_soon(code: int) -> int:
 # -- main --------------------------------------------------------------------------------
 
 
+def _startup_s(env: Mapping[str, str]) -> float | None:
+    """Seconds from the orchestrator's launch to the entry point's call (process start,
+    interpreter, imports, connecting): what a warm start saves."""
+    try:
+        return round(time.time() - float(env[ENV_LAUNCHED]), 4)
+    except (KeyError, ValueError):
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     global _reserve
     started = time.perf_counter()
@@ -297,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_PAYLOAD
 
     client: ControlClient | None = None
+    startup_s: float | None = None
     trial_dir: Path | None = None
     ctx: TrialContext | LocalContext | None = None
     try:
@@ -353,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         # 6. Entry point.
         try:
             function = resolve_entrypoint(payload.entrypoint)
+            startup_s = _startup_s(env)
             returned = function(payload.config, ctx)
             metrics = metrics_of(returned)
         finally:
@@ -399,6 +411,8 @@ def main(argv: list[str] | None = None) -> int:
         result = error_result(exc, rank)
         code = EXIT_ERROR
 
+    if startup_s is not None:
+        result["startup_s"] = startup_s
     result.update(
         rank=rank,
         pid=os.getpid(),
