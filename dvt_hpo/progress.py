@@ -163,6 +163,11 @@ class ProgressObserver(BaseObserver):
             )
         return table
 
+    def refresh(self) -> None:
+        """Redraw the live view now (it also redraws on its own, ``refresh_per_second``)."""
+        if self._live is not None:
+            self._live.refresh()
+
     def eta_s(self) -> float | None:
         """Seconds left at this run's pace so far; None before a trial finished here."""
         if self.n_trials is None or self.done_here == 0:

@@ -18,9 +18,10 @@ if TYPE_CHECKING:
     from dvt_hpo.spec import StudySpec
 
 
-def open_existing_study(spec: StudySpec) -> optuna.Study:
-    """The spec's study, opened through the project's storage settings (SQLite WAL and busy
-    timeout, so reading beside a running study never hits "database is locked")."""
+def open_existing_storage(spec: StudySpec) -> tuple[optuna.storages.BaseStorage, int]:
+    """The spec's storage and its study's id, opened through the project's storage settings
+    (SQLite WAL and busy timeout, so reading beside a running study never hits "database is
+    locked"). Not wrapped in Optuna's trial cache, which loads every trial on first use."""
     import optuna
 
     from dvt_hpo.storage import journal_path, open_storage, redact_url, sqlite_path
@@ -38,7 +39,7 @@ def open_existing_study(spec: StudySpec) -> optuna.Study:
             f"cannot open {redact_url(url)}: {redact_url(f'{type(exc).__name__}: {first}')}"
         ) from None
     try:
-        return optuna.load_study(study_name=spec.study.name, storage=storage)
+        return storage, storage.get_study_id_from_name(spec.study.name)
     except KeyError:
         raise DvtHpoError(
             f"study {spec.study.name!r} is not in {redact_url(url)}; "
@@ -46,4 +47,11 @@ def open_existing_study(spec: StudySpec) -> optuna.Study:
         ) from None
 
 
-__all__ = ["open_existing_study"]
+def open_existing_study(spec: StudySpec) -> optuna.Study:
+    import optuna
+
+    storage, _ = open_existing_storage(spec)
+    return optuna.load_study(study_name=spec.study.name, storage=storage)
+
+
+__all__ = ["open_existing_storage", "open_existing_study"]

@@ -13,14 +13,14 @@ import pytest
 
 from dvt_hpo.cli import EXIT_FAILURE, EXIT_OK, main
 from dvt_hpo.status import format_status, last_report, read_status
-from dvt_hpo.study_reader import open_existing_study
+from dvt_hpo.study_reader import open_existing_storage
 from tests.conftest import REPO_ROOT, toy_study
 from tests.made_study import make_study
 
 
 def test_status_reads_counts_best_running_and_failures(tmp_path: Path) -> None:
     spec = make_study(tmp_path)
-    status = read_status(open_existing_study(spec), spec)
+    status = read_status(*open_existing_storage(spec), spec)
 
     assert status.counts == {"RUNNING": 1, "WAITING": 0, "COMPLETE": 4, "PRUNED": 1, "FAIL": 1}
     assert status.best is not None
@@ -116,6 +116,6 @@ def test_status_runs_without_torch(tmp_path: Path) -> None:
 
 def test_status_without_running_trials_says_so(tmp_path: Path) -> None:
     spec = make_study(tmp_path, running=False)
-    status = read_status(open_existing_study(spec), spec)
+    status = read_status(*open_existing_storage(spec), spec)
     assert status.running == [] and status.counts["RUNNING"] == 0
     assert "running:" not in format_status(status)
