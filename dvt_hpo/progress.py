@@ -117,13 +117,22 @@ class ProgressObserver(BaseObserver):
     def _start_live(self) -> None:
         from rich.console import Console, Group
         from rich.live import Live
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
         self._console = Console(file=self.stream, force_terminal=True)
         self._progress = Progress(
-            "[bold]{task.description}",
+            # Explicit columns without markup: rich would otherwise parse brackets in text.
+            TextColumn("{task.description}", style="bold", markup=False),
             BarColumn(),
-            MofNCompleteColumn() if self.n_trials is not None else "{task.completed} done",
+            MofNCompleteColumn()
+            if self.n_trials is not None
+            else TextColumn("{task.completed} done", markup=False),
             TimeElapsedColumn(),
             _EtaColumn(self),
             console=self._console,

@@ -54,8 +54,8 @@ def test_plain_mode_prints_finished_trials_and_throttles_epoch_lines() -> None:
         "trial   0 epoch 0    loss=1.0000  0:00:00",
         "trial   1 epoch 0    loss=0.7000  0:00:01",
         "trial   0 epoch 5    loss=0.1000  0:00:15",
-        "trial   0 COMPLETE loss=0.1000            16.0s  lr=0.1",
-        "trial   1 FAIL                                2.0s  lr=0.2 reason: RuntimeError: boom",
+        "trial   0 COMPLETE loss=0.1000          16.0s  lr=0.1",
+        "trial   1 FAIL                           2.0s  lr=0.2 reason: RuntimeError: boom",
     ]
     assert not ANSI.search(stream.getvalue())
 
@@ -73,7 +73,7 @@ def test_plain_mode_without_epoch_lines_and_eta() -> None:
     # 2 of 4 done, 1 of them in 30 s here: 2 left take 60 s.
     assert observer.eta_s() == pytest.approx(60.0)
     assert stream.getvalue().splitlines() == [
-        "trial   1 PRUNED                              30.0s  "
+        "trial   1 PRUNED                        30.0s   reason: pruned"
     ]
 
 
@@ -82,7 +82,7 @@ def test_trial_line_keeps_the_loop_format() -> None:
         7, 8, "COMPLETE", 0.98765, {"lr": 0.001234, "w": 32}, None, 3.04, {"batch_size": 512}
     )
     assert trial_line(event, "macro_f1") == (
-        "trial   7 COMPLETE macro_f1=0.9877        3.0s  lr=0.001234 w=32 batch=512"
+        "trial   7 COMPLETE macro_f1=0.9877       3.0s  lr=0.001234 w=32 batch=512"
     )
 
 
@@ -118,7 +118,7 @@ def test_live_view_on_a_terminal() -> None:
     plain = ANSI.sub("", raw)
     # Redrawn in place: cursor movement and line erasing, not a scroll of copies.
     assert "\x1b[2K" in raw and re.search(r"\x1b\[\d*A", raw)
-    assert "trials" in plain and "1/5" in plain and "3/5" in plain
+    assert "trials" in plain and "1/5" in plain and "3/5" in plain and "[bold]" not in plain
     assert "eta" in plain
     # The running-trials table: trial, epoch, latest objective, elapsed, params.
     assert re.search(r"2\s+2\s+0\.7321\s+0:00:\d\d\s+lr=0\.02", plain), plain
@@ -139,6 +139,6 @@ def test_plain_lines_on_a_pipe() -> None:
         "study 'drive': 1/5 trials done, 2 at a time",
         "trial   1 epoch 0    macro_f1=0.5000  0:00:01",
         "trial   2 epoch 2    macro_f1=0.7321  0:00:02",
-        "trial   1 COMPLETE macro_f1=0.8123          3.2s  lr=0.01 batch=64",
-        "trial   2 PRUNED                              2.1s  lr=0.02 reason: pruned at step 2",
+        "trial   1 COMPLETE macro_f1=0.8123       3.2s  lr=0.01 batch=64",
+        "trial   2 PRUNED                         2.1s  lr=0.02 reason: pruned at step 2",
     ]
