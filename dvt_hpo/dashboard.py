@@ -33,6 +33,24 @@ def study_url(host: str, port: int, study_id: int) -> str:
     return f"http://{shown}:{port}/dashboard/studies/{study_id}"
 
 
+def _server(host: str, port: int, app: Any) -> Any:
+    import socket
+    from socketserver import ThreadingMixIn
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+    class Quiet(WSGIRequestHandler):
+        # One stderr line per request would bury the address line; errors still show.
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    class Threaded(ThreadingMixIn, WSGIServer):
+        # The page fetches several API routes at once; one slow one must not stall the rest.
+        daemon_threads = True
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+    return make_server(host, port, app, server_class=Threaded, handler_class=Quiet)
+
+
 def serve(
     spec: StudySpec,
     *,
@@ -42,9 +60,15 @@ def serve(
 ) -> None:
     """Serve the dashboard until interrupted (Ctrl-C ends it normally)."""
     dashboard = _import_dashboard()
-    from dvt_hpo.study_reader import open_existing_study
+    from dvt_hpo.study_reader import open_existing_storage
 
-    study = open_existing_study(spec)
+    storage, study_id = open_existing_storage(spec)
+    try:
+        # optuna-dashboard's own run_server prints Bottle's banner before it binds; binding
+        # here first makes a busy port one clear line and "listening" true when printed.
+        server = _server(host, port, dashboard.wsgi(storage))
+    except OSError as exc:
+        raise DvtHpoError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
     if host not in _LOOPBACK:
         print(
             f"warning: serving on {host}: anyone who reaches it can read the study and change "
@@ -52,16 +76,16 @@ def serve(
             file=sys.stderr,
             flush=True,
         )
-    out(
-        f"optuna-dashboard for study {spec.study.name!r}: "
-        f"{study_url(host, port, study._study_id)}  (Ctrl-C to stop)"
-    )
     try:
-        dashboard.run_server(study._storage, host=host, port=port)
+        out(
+            f"optuna-dashboard for study {spec.study.name!r} listening on "
+            f"{study_url(host, server.server_port, study_id)}  (Ctrl-C to stop)"
+        )
+        server.serve_forever()
     except KeyboardInterrupt:
         return
-    except OSError as exc:
-        raise DvtHpoError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+    finally:
+        server.server_close()
 
 
 __all__ = ["serve", "study_url"]
