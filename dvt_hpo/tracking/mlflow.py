@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import queue
 import re
@@ -99,6 +100,16 @@ def redact_text(text: str) -> str:
     return _URL.sub(lambda m: redact_url(m.group(0)), text)
 
 
+_WORKER_THREAD = "dvt-hpo-mlflow"
+# Their retry and setup messages would be several lines per failure on the orchestrator's
+# stderr; the one warning line of _fail says it all.
+_QUIETED_LOGGERS = ("urllib3.connectionpool", "mlflow")
+
+
+def _quiet_on_worker(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.ERROR or threading.current_thread().name != _WORKER_THREAD
+
+
 def _warn_stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -121,6 +132,12 @@ class MlflowObserver(BaseObserver):
         import_mlflow()
         for name, value in _HTTP_DEFAULTS.items():
             os.environ.setdefault(name, value)
+        for name in _QUIETED_LOGGERS:
+            logger = logging.getLogger(name)
+            # A logger's filter sees only its own records; its handlers see its children's too.
+            for target in (logger, *logger.handlers):
+                if _quiet_on_worker not in target.filters:
+                    target.addFilter(_quiet_on_worker)
         from mlflow.tracking import MlflowClient
 
         from dvt_hpo.storage import redact_url
@@ -145,7 +162,7 @@ class MlflowObserver(BaseObserver):
         self._best: float | None = None
         self._broken: str | None = None
         self._queue: queue.Queue[tuple[Callable[..., None], tuple[Any, ...]] | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._work, name="mlflow", daemon=True)
+        self._thread = threading.Thread(target=self._work, name=_WORKER_THREAD, daemon=True)
         self._thread.start()
 
     # -- the worker -------------------------------------------------------------------
@@ -170,10 +187,9 @@ class MlflowObserver(BaseObserver):
                 self._queue.task_done()
 
     def _fail(self, exc: BaseException) -> None:
-        from dvt_hpo.storage import redact_url
-
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
-        self._broken = redact_url(f"{type(exc).__name__}: {first}")
+        first = (str(exc).strip().splitlines() or [""])[0]
+        first = redact_text(first)
+        self._broken = f"{type(exc).__name__}: {first[:200]}{'...' if len(first) > 200 else ''}"
         for event in self._id_ready.values():
             event.set()
         self.warn(
