@@ -119,3 +119,15 @@ def test_dashboard_port_in_use_is_one_line(
     assert code == EXIT_FAILURE and time.monotonic() - started < 30
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: cannot serve on 127.0.0.1:{port}") and "\n" not in err
+
+
+def test_dashboard_without_the_extra_names_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_study(tmp_path)
+    monkeypatch.setitem(sys.modules, "optuna_dashboard", None)
+    assert main(["dashboard", str(tmp_path / "study.yaml")]) == EXIT_FAILURE
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "error: dvt-hpo dashboard needs optuna-dashboard: pip install 'dvt-hpo[dashboard]'"
+    )

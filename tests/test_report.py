@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import optuna
@@ -73,3 +74,15 @@ def test_report_renders_offline_in_a_browser(tmp_path: Path) -> None:
     assert dom.count('class="main-svg"') >= 2 * len(graphs)
     assert "Trials (7)" in dom
     screenshot(out.as_uri(), ARTIFACTS / "report.png", size=(1280, 2400), offline=True)
+
+
+def test_report_without_plotly_names_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_study(tmp_path)
+    monkeypatch.setitem(sys.modules, "plotly", None)  # import plotly -> ImportError
+    out = tmp_path / "r.html"
+    assert main(["report", str(tmp_path / "study.yaml"), "-o", str(out)]) == EXIT_FAILURE
+    err = capsys.readouterr().err.strip()
+    assert err == "error: dvt-hpo report needs plotly: pip install 'dvt-hpo[report]'"
+    assert not out.exists()

@@ -4,6 +4,7 @@ a study with complete, pruned, failed and retried trials, then a resumed study."
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -243,3 +244,14 @@ def test_an_unreachable_server_is_one_warning_and_the_study_goes_on(
     )
     assert "pw@" not in warnings[0] and "\n" not in warnings[0]
     assert time.monotonic() - began < 120
+
+
+def test_missing_extra_is_one_clear_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dvt_hpo.exceptions import DvtHpoError
+
+    monkeypatch.setitem(sys.modules, "mlflow", None)
+    with pytest.raises(DvtHpoError) as info:
+        MlflowObserver("sqlite:///x.db", "e")
+    assert str(info.value) == (
+        "tracking.mlflow is set but MLflow is not installed: pip install 'dvt-hpo[mlflow]'"
+    )
