@@ -255,3 +255,36 @@ def test_missing_extra_is_one_clear_line(monkeypatch: pytest.MonkeyPatch) -> Non
     assert str(info.value) == (
         "tracking.mlflow is set but MLflow is not installed: pip install 'dvt-hpo[mlflow]'"
     )
+
+
+def test_a_store_that_goes_away_mid_study_is_one_warning(tmp_path: Path) -> None:
+    import sqlite3
+
+    db = tmp_path / "mlflow.db"
+    warnings: list[str] = []
+    study = optuna.create_study(
+        study_name="midway", storage=f"sqlite:///{tmp_path / 'o.db'}", direction="maximize"
+    )
+    observer = MlflowObserver(f"sqlite:///{db}", "hpo", id_wait_s=1.0, warn=warnings.append)
+    loop = Loop(study, observer, tmp_path / "none")
+    loop.start_study(n_done=0)
+    loop.trial("COMPLETE", [0.1, 0.2])
+    observer._queue.join()  # the first trial is recorded before the store goes away
+    assert observer.broken is None
+    # The store stops answering: every write now waits for a lock it never gets.
+    blocker = sqlite3.connect(db, timeout=0)
+    blocker.execute("BEGIN EXCLUSIVE")
+    try:
+        for _ in range(3):
+            t0 = time.monotonic()
+            loop.trial("COMPLETE", [0.3, 0.4])
+            assert time.monotonic() - t0 < 1.5
+        loop.end(exit_code=0)
+    finally:
+        blocker.rollback()
+        blocker.close()
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 4
+    assert observer.broken is not None and "locked" in observer.broken
+    assert len(warnings) == 1 and "the study goes on without it" in warnings[0]
+    children = _children(MlflowClient(tracking_uri=f"sqlite:///{db}"), observer.experiment_id)
+    assert 0 in children and children[0].info.status == "FINISHED"
