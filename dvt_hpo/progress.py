@@ -134,7 +134,7 @@ class ProgressObserver(BaseObserver):
             if self.n_trials is not None
             else TextColumn("{task.completed} done", markup=False),
             TimeElapsedColumn(),
-            _EtaColumn(self),
+            _eta_column(self),
             console=self._console,
         )
         self._task = self._progress.add_task(
@@ -257,7 +257,5 @@ def _eta_column(observer: ProgressObserver) -> Any:
 
     return EtaColumn()
 
-
-_EtaColumn = _eta_column
 
 __all__ = ["ProgressObserver", "fmt_elapsed", "fmt_params", "trial_line"]
