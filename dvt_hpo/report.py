@@ -79,31 +79,30 @@ def _sections(study: optuna.Study) -> list[tuple[str, Callable[[], Any] | str]]:
     from optuna.trial import TrialState
 
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    with_steps = [t for t in study.get_trials(deepcopy=False) if t.intermediate_values]
-    sections: list[tuple[str, Callable[[], Any] | str]] = []
-    sections.append(
-        ("Optimization history", lambda: vis.plot_optimization_history(study))
-        if complete
-        else ("Optimization history", "no complete trial yet")
-    )
-    if len(complete) < 2:
-        sections.append(("Parameter importances", "needs at least 2 complete trials"))
-    else:
-        sections.append(("Parameter importances", lambda: vis.plot_param_importances(study)))
-    sections.append(
-        ("Parallel coordinates", lambda: vis.plot_parallel_coordinate(study))
-        if complete
-        else ("Parallel coordinates", "no complete trial yet")
-    )
-    sections.append(
+    with_steps = any(t.intermediate_values for t in study.get_trials(deepcopy=False))
+    none = "no complete trial yet"
+    return [
+        (
+            "Optimization history",
+            (lambda: vis.plot_optimization_history(study)) if complete else none,
+        ),
+        (
+            "Parameter importances",
+            (lambda: vis.plot_param_importances(study))
+            if len(complete) >= 2
+            else "needs at least 2 complete trials",
+        ),
+        (
+            "Parallel coordinates",
+            (lambda: vis.plot_parallel_coordinate(study)) if complete else none,
+        ),
         (
             "Intermediate values (learning curves; pruned trials included)",
-            lambda: vis.plot_intermediate_values(study),
-        )
-        if with_steps
-        else ("Intermediate values", "no trial reported an epoch yet")
-    )
-    return sections
+            (lambda: vis.plot_intermediate_values(study))
+            if with_steps
+            else "no trial reported an epoch yet",
+        ),
+    ]
 
 
 def render_report(study: optuna.Study, spec: StudySpec) -> str:

@@ -86,3 +86,14 @@ def test_report_without_plotly_names_the_extra(
     err = capsys.readouterr().err.strip()
     assert err == "error: dvt-hpo report needs plotly: pip install 'dvt-hpo[report]'"
     assert not out.exists()
+
+
+def test_a_study_without_results_gets_notes_not_plots(tmp_path: Path) -> None:
+    spec = make_study(tmp_path)
+    empty = optuna.create_study(study_name="empty", storage=spec.study.storage)
+    failed = empty.ask()
+    empty.tell(failed, state=optuna.trial.TrialState.FAIL)
+    text = render_report(empty, spec)
+    assert text.count("skipped: no complete trial yet") == 2
+    assert "skipped: no trial reported an epoch yet" in text
+    assert "plotly-graph-div" not in text and "Trials (1)" in text
