@@ -62,6 +62,26 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train one trainer config (built-in trainer)")
     train.add_argument("config", type=Path, help="a TrainerConfig YAML file")
     _add_overrides(train)
+
+    status = sub.add_parser("status", help="counts, best, running trials and last failures")
+    status.add_argument("study", type=Path)
+    _add_overrides(status)
+    status.add_argument("--json", action="store_true", help="print the status as JSON")
+
+    report = sub.add_parser("report", help="write a self-contained HTML report of the study")
+    report.add_argument("study", type=Path)
+    _add_overrides(report)
+    report.add_argument(
+        "-o", "--output", type=Path, default=Path("report.html"), help="default: report.html"
+    )
+
+    dashboard = sub.add_parser("dashboard", help="serve optuna-dashboard on the study's storage")
+    dashboard.add_argument("study", type=Path)
+    _add_overrides(dashboard)
+    dashboard.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default: loopback only)"
+    )
+    dashboard.add_argument("--port", type=int, default=8080, help="default: 8080")
     return parser
 
 
@@ -136,11 +156,39 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_status(args: argparse.Namespace) -> int:
+    from dvt_hpo.spec import load_spec
+    from dvt_hpo.status import show_status
+
+    print(show_status(load_spec(args.study, args.overrides), as_json=args.json))
+    return EXIT_OK
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from dvt_hpo.html_report import write_report
+    from dvt_hpo.spec import load_spec
+
+    write_report(load_spec(args.study, args.overrides), args.output)
+    print(f"wrote {args.output}")
+    return EXIT_OK
+
+
+def _cmd_dashboard(args: argparse.Namespace) -> int:
+    from dvt_hpo.dashboard import serve
+    from dvt_hpo.spec import load_spec
+
+    serve(load_spec(args.study, args.overrides), host=args.host, port=args.port)
+    return EXIT_OK
+
+
 _COMMANDS = {
     "run": _cmd_run,
     "validate": _cmd_validate,
     "best": _cmd_best,
     "train": _cmd_train,
+    "status": _cmd_status,
+    "report": _cmd_report,
+    "dashboard": _cmd_dashboard,
 }
 
 

@@ -1,16 +1,20 @@
-"""The study loop's observers, called so that none of them can fail or stall the study.
+"""The study loop's observers: which ones a study file asks for, and calling them so that none
+of them can fail or stall the study.
 
-Each call is wrapped: an observer that raises costs one warning line (through the loop's
-output) and the study goes on. The events are defined in :mod:`dvt_hpo.events`.
+:func:`study_observers` builds them once the study is open: terminal progress first (its
+``out`` replaces the loop's own, so messages print above the live view), then MLflow when
+``tracking.mlflow`` is set. :class:`Observers` wraps each call: an observer that raises costs
+one warning line and the study goes on. The events are defined in :mod:`dvt_hpo.events`.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any
 
 from dvt_hpo.events import (
+    BaseObserver,
     StudyEnded,
     StudyObserver,
     StudyStarted,
@@ -18,6 +22,12 @@ from dvt_hpo.events import (
     TrialReported,
     TrialStarted,
 )
+from dvt_hpo.progress import ProgressObserver
+
+if TYPE_CHECKING:
+    import optuna
+
+    from dvt_hpo.spec import StudySpec
 
 
 class Observers:
@@ -60,4 +70,37 @@ class Observers:
                 observer.close()
 
 
-__all__ = ["Observers"]
+def study_observers(
+    spec: StudySpec,
+    study: optuna.Study | None,
+    *,
+    stream: IO[str] | None = None,
+    live: bool | None = None,
+    report_every_s: float | None = 30.0,
+    progress: bool = True,
+    out: Callable[[str], None] = print,
+) -> tuple[ProgressObserver | None, list[BaseObserver]]:
+    """``(progress, observers)``: ``observers`` holds ``progress`` first (unless ``progress``
+    is false), then MLflow when ``tracking.mlflow`` is set (its ``tracking_uri`` already
+    expanded by the spec). Raises ``DvtHpoError`` naming the extra to install when MLflow is
+    asked for and missing."""
+    view = ProgressObserver(stream, live=live, report_every_s=report_every_s) if progress else None
+    observers: list[BaseObserver] = [view] if view is not None else []
+    mlflow = spec.tracking.mlflow
+    if mlflow is not None:
+        from dvt_hpo.tracking.mlflow import MlflowObserver
+
+        observers.append(
+            MlflowObserver(
+                mlflow.tracking_uri,
+                mlflow.experiment or spec.study.name,
+                run_name=getattr(mlflow, "run_name", None),
+                tags=getattr(mlflow, "tags", None),
+                study=study,
+                warn=view.out if view is not None else out,
+            )
+        )
+    return view, observers
+
+
+__all__ = ["Observers", "study_observers"]

@@ -15,14 +15,15 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dvt_hpo import devices, launch, recovery, space
 from dvt_hpo.events import StudyEnded, StudyObserver, StudyStarted, TrialFinished, TrialStarted
 from dvt_hpo.exceptions import DvtHpoError
 from dvt_hpo.import_path import child_pythonpath
-from dvt_hpo.observers import Observers
+from dvt_hpo.observers import Observers, study_observers
+from dvt_hpo.progress import trial_line
 from dvt_hpo.spec import BUILTIN_ENTRYPOINT
 from dvt_hpo.storage import redact_url
 from dvt_hpo.study_setup import StudyCache, open_study, study_settings
@@ -42,12 +43,6 @@ class StudyStopped(DvtHpoError):
     """The study stopped itself (e.g. ``study.max_failures`` reached): exit code 1."""
 
 
-def _fmt_params(params: Mapping[str, Any]) -> str:
-    return " ".join(
-        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items()
-    )
-
-
 class StudyRunner:
     """Runs a study described by a :class:`StudySpec` until its budget or a stopping rule."""
 
@@ -61,8 +56,13 @@ class StudyRunner:
     ) -> None:
         self.spec = spec
         self.allow_space_change = allow_space_change
+        # Without an ``out`` (the CLI), the progress observer prints: a live view on a
+        # terminal, plain lines elsewhere; with one (notebooks, tests), plain lines go to it.
+        self._progress_view = out is None
         self.out = out or (lambda line: print(line, flush=True))
-        self.observers = Observers(observers, self.out)
+        self._extra_observers = list(observers)
+        self.observers = Observers(self._extra_observers, self.out)
+        self._prints_trial_lines = True
         self.study_lock = threading.RLock()
         self.events: queue.Queue[TrialOutcome] = queue.Queue()
         self.running: dict[int, TrialRun] = {}
@@ -82,7 +82,7 @@ class StudyRunner:
             cwd=spec.path.parent,
             log_path=spec.trials.runs_dir / "warm-template.log",
             log_limit=spec.trials.log_limit,
-            out=self.out,
+            out=lambda line: self.out(line),
         )
         self.study: optuna.Study
         self.storage: Any
@@ -129,6 +129,7 @@ class StudyRunner:
     def run(self) -> optuna.Study:
         spec = self.spec
         self.open_study()
+        self._build_observers()
         n_trials = spec.study.n_trials
         budget = self.budget()
         where = redact_url(spec.study.storage)
@@ -166,10 +167,6 @@ class StudyRunner:
                 + f"{spec.trials.parallel} at a time"
             )
             self.out(f"watch it: optuna-dashboard {where}")
-            if spec.tracking.mlflow is not None:
-                self.out(
-                    "note: tracking.mlflow is validated but not recorded yet (a later release)"
-                )
             stop_message = self._loop()
             self.print_summary()
             if stop_message is not None:
@@ -321,28 +318,29 @@ class StudyRunner:
             self.running.pop(outcome.number, None)
             self._record(outcome)
 
+    def _build_observers(self) -> None:
+        """The observers the study file asks for (progress, MLflow), then the caller's."""
+        progress, defaults = study_observers(self.spec, self.study, progress=self._progress_view)
+        if progress is not None:
+            self.out = progress.out
+            self._prints_trial_lines = False  # the progress observer prints them
+        self.observers = Observers([*defaults, *self._extra_observers], self.out)
+
     def _record(self, outcome: TrialOutcome) -> None:
         self.outcomes.append(outcome)
-        metric = self.spec.objective.metric
-        value = f"{metric}={outcome.value:.4f}" if outcome.value is not None else ""
-        extra = f" batch={outcome.batch_size}" if outcome.batch_size else ""
-        reason = f" reason: {outcome.reason}" if outcome.reason else ""
-        self.out(
-            f"trial {outcome.number:>3} {outcome.state:<8} {value:<18} "
-            f"{outcome.duration_s:6.1f}s  {_fmt_params(outcome.params)}{extra}{reason}"
+        event = TrialFinished(
+            number=outcome.number,
+            trial_id=outcome.trial_id,
+            state=outcome.state,
+            value=outcome.value,
+            params=dict(outcome.params),
+            reason=outcome.reason,
+            duration_s=round(outcome.duration_s, 3),
+            user_attrs=dict(outcome.user_attrs),
         )
-        self.observers.trial_finished(
-            TrialFinished(
-                number=outcome.number,
-                trial_id=outcome.trial_id,
-                state=outcome.state,
-                value=outcome.value,
-                params=dict(outcome.params),
-                reason=outcome.reason,
-                duration_s=round(outcome.duration_s, 3),
-                user_attrs=dict(outcome.user_attrs),
-            )
-        )
+        if self._prints_trial_lines:
+            self.out(trial_line(event, self.spec.objective.metric))
+        self.observers.trial_finished(event)
 
     def _n_done(self) -> int:
         states = (_state("COMPLETE"), _state("PRUNED"))
@@ -378,7 +376,7 @@ class StudyRunner:
             best = self.study.best_trial
             self.out(
                 f"best trial {best.number}: {self.spec.objective.metric}={best.value:.4f}  "
-                f"{_fmt_params(best.params)}"
+                f"{fmt_params(best.params)}"
             )
 
 

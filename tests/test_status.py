@@ -1,0 +1,121 @@
+"""``dvt-hpo status``: what it reads from a study, its text and JSON, and that it never
+creates anything."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+
+from dvt_hpo.cli import EXIT_FAILURE, EXIT_OK, main
+from dvt_hpo.status import format_status, last_report, read_status
+from dvt_hpo.study_reader import open_existing_storage
+from tests.conftest import REPO_ROOT, toy_study
+from tests.made_study import make_study
+
+
+def test_status_reads_counts_best_running_and_failures(tmp_path: Path) -> None:
+    spec = make_study(tmp_path)
+    status = read_status(*open_existing_storage(spec), spec)
+
+    assert status.counts == {"RUNNING": 1, "WAITING": 0, "COMPLETE": 4, "PRUNED": 1, "FAIL": 1}
+    assert status.best is not None
+    assert (status.best.number, status.best.value, status.best.batch_size) == (3, 0.93, 256)
+    assert set(status.best.params) == {"lr", "width"}
+    [running] = status.running
+    assert (running.number, running.host, running.last_step, running.value) == (6, "gpu-1", 1, 0.4)
+    assert 0 <= running.elapsed_s < 60
+    [failure] = status.failures
+    assert failure.number == 5
+    assert failure.reason == "OutOfMemoryError: CUDA out of memory at batch 512"
+
+    text = format_status(status)
+    assert "study 'seeing'" in text and "6/10 trials finished" in text
+    assert "best trial 3: score=0.93" in text and "batch=256" in text
+    assert "trial    6" in text and "gpu-1" in text and "epoch 1" in text and "score=0.4" in text
+    assert "CUDA out of memory at batch 512" in text
+
+
+def test_last_report_falls_back_to_intermediate_values(tmp_path: Path) -> None:
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'x.db'}")
+    trial = study.ask()
+    trial.report(0.5, 0)
+    trial.report(0.25, 3)
+    frozen = study.get_trials()[0]
+    assert last_report(frozen, "loss") == (3, 0.25)
+    # A history of another metric than the objective: the objective's own values still win.
+    trial.set_user_attr("history", {"accuracy": [[4, 0.9]]})
+    assert last_report(study.get_trials()[0], "loss") == (3, 0.25)
+    trial.set_user_attr("history", {"loss": [[4, 0.2]]})
+    trial.set_user_attr("last_step", 4)
+    assert last_report(study.get_trials()[0], "loss") == (4, 0.2)
+
+
+def test_status_command_text_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    make_study(tmp_path)
+    path = tmp_path / "study.yaml"
+    assert main(["status", str(path)]) == EXIT_OK
+    assert "best trial 3" in capsys.readouterr().out
+
+    assert main(["status", str(path), "--json"]) == EXIT_OK
+    data = json.loads(capsys.readouterr().out)
+    assert data["counts"]["COMPLETE"] == 4
+    assert data["best"]["number"] == 3
+    assert data["running"][0]["host"] == "gpu-1"
+    assert data["failures"][0]["reason"].startswith("OutOfMemoryError")
+
+
+def test_status_of_a_study_not_run_yet_creates_nothing(
+    tmp_path: Path, write_study, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_study(toy_study("never-run"))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(["status", str(path)]) == EXIT_FAILURE
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "no study yet" in err and "never-run.db" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_status_of_a_study_missing_from_its_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = make_study(tmp_path)
+    path = tmp_path / "other.yaml"
+    path.write_text(spec.path.read_text().replace("name: seeing", "name: other", 1))
+    path.write_text(
+        path.read_text().replace("study:\n", f"study:\n  storage: {spec.study.storage}\n", 1)
+    )
+    assert main(["status", str(path)]) == EXIT_FAILURE
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "study 'other' is not in" in err
+    names = optuna.get_all_study_names(storage=spec.study.storage)
+    assert names == ["seeing"]
+
+
+@pytest.mark.processes
+def test_status_runs_without_torch(tmp_path: Path) -> None:
+    make_study(tmp_path)
+    code = (
+        "import sys; from dvt_hpo.cli import main; rc = main(['status', sys.argv[1]]); "
+        "assert 'torch' not in sys.modules, 'status imported torch'; sys.exit(rc)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "study.yaml")],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "best trial 3" in done.stdout
+
+
+def test_status_without_running_trials_says_so(tmp_path: Path) -> None:
+    spec = make_study(tmp_path, running=False)
+    status = read_status(*open_existing_storage(spec), spec)
+    assert status.running == [] and status.counts["RUNNING"] == 0
+    assert "running:" not in format_status(status)
