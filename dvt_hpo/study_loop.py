@@ -23,7 +23,7 @@ from dvt_hpo.events import StudyEnded, StudyObserver, StudyStarted, TrialFinishe
 from dvt_hpo.exceptions import DvtHpoError
 from dvt_hpo.import_path import child_pythonpath
 from dvt_hpo.observers import Observers, study_observers
-from dvt_hpo.progress import trial_line
+from dvt_hpo.progress import fmt_params, trial_line
 from dvt_hpo.spec import BUILTIN_ENTRYPOINT
 from dvt_hpo.storage import redact_url
 from dvt_hpo.study_setup import StudyCache, open_study, study_settings
