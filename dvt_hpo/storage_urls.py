@@ -94,9 +94,7 @@ def redact_text(text: str, url: str | None = None) -> str:
         for secret in url_secrets(url):
             text = text.replace(secret, "***")
     text = _CREDENTIALS.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
-    return _SECRET_PARAMS.sub(
-        lambda m: f"{m['key']}{m['quote']}***{m['quote']}" if m.group(0) else "", text
-    )
+    return _SECRET_PARAMS.sub(lambda m: f"{m['key']}{m['quote']}***{m['quote']}", text)
 
 
 def resolve_url(url: str, base_dir: Path) -> str:
