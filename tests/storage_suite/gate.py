@@ -5,7 +5,6 @@ start), prints ``ready``, then blocks on a shared ``flock`` of a gate file that 
 exclusively; releasing it lets every process through at once. Modes:
 
 - ``cli GATE ARGS...``: ``dvt_hpo.cli.main(ARGS)`` (a ``dvt-hpo`` command), exit with its code;
-- ``python GATE CODE``: ``exec(CODE)`` (plain Optuna, for comparisons);
 - ``rounds NAME TRIALS GATE1 URL1 [GATE2 URL2 ...]``: for each round, wait at its gate, then
   :func:`dvt_hpo.storage.create_or_load_study` on URL (the study's settings stored by
   ``init``) and TRIALS trials through ask/tell; prints ``done 0`` or ``done 1 <error>`` per
@@ -62,10 +61,6 @@ def main(argv: list[str]) -> int:
     if mode == "cli":
         wait_at(rest[0])
         return dvt_hpo.cli.main(rest[1:])
-    if mode == "python":
-        wait_at(rest[0])
-        exec(rest[1], {})
-        return 0
     name, trials, *pairs = rest
     for gate, url in zip(pairs[::2], pairs[1::2], strict=True):
         wait_at(gate)

@@ -140,9 +140,6 @@ def test_a_killed_workers_trial_is_retried_by_a_running_worker(
     assert launch.wait_gone(processes_mentioning(runs_dir), 10)
 
 
-@pytest.mark.xfail(
-    strict=False, reason="wired by lead: the study loop must call create_or_load_study"
-)
 @pytest.mark.parametrize("attempt", range(len(RACE_ATTEMPTS)))
 def test_workers_started_at_the_same_instant_on_a_fresh_database(
     attempt: int,
