@@ -238,3 +238,34 @@ def test_sqlite_on_a_network_file_system_keeps_the_rollback_journal(
     create_or_load_study(f"sqlite:///{tmp_path}/nfs.db", "s", ["maximize"])
     mode = sqlite3.connect(tmp_path / "nfs.db").execute("PRAGMA journal_mode").fetchone()[0]
     assert mode == "delete"
+
+
+def test_creation_races_are_retried_and_other_errors_are_not(tmp_path: Path) -> None:
+    # The fallback for dialects without a creation lock (MySQL, ...), on real SQLAlchemy errors.
+    import sqlalchemy
+
+    from dvt_hpo.storage_lock import is_creation_race, retry_creation_race
+
+    engine = sqlalchemy.create_engine(f"sqlite:///{tmp_path}/r.db")
+    with engine.begin() as conn:
+        conn.execute(sqlalchemy.text("CREATE TABLE studies (x)"))
+    calls = 0
+
+    def create_twice() -> str:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            with engine.begin() as conn:
+                conn.execute(sqlalchemy.text("CREATE TABLE studies (x)"))
+        return "created"
+
+    assert retry_creation_race(create_twice) == "created" and calls == 2
+
+    def bad_sql() -> None:
+        with engine.begin() as conn:
+            conn.execute(sqlalchemy.text("SELEC 1"))
+
+    with pytest.raises(sqlalchemy.exc.OperationalError) as info:
+        retry_creation_race(bad_sql)
+    assert not is_creation_race(info.value)
+    engine.dispose()
