@@ -1,7 +1,11 @@
 from __future__ import annotations
 
+import os
+import socket
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -9,7 +13,11 @@ import pytest
 from dvt_hpo.exceptions import SpecError
 from dvt_hpo.storage import (
     HeartbeatSettings,
+    StorageError,
+    StudyNotFoundError,
     check_storage_driver,
+    create_or_load_study,
+    open_existing,
     open_storage,
     redact_url,
     resolve_url,
@@ -81,3 +89,183 @@ def test_postgres_storage_round_trip(postgres_url: str, unique_name: str) -> Non
         assert len(optuna.load_study(study_name=unique_name, storage=storage).trials) == 2
     finally:
         optuna.delete_study(study_name=unique_name, storage=storage)
+
+
+# -- one-line errors --------------------------------------------------------------------------
+def _one_line_error(url: str, opener: Callable[[str], Any] = open_storage) -> StorageError:
+    with pytest.raises(StorageError) as info:
+        opener(url)
+    message = str(info.value)
+    assert "\n" not in message
+    assert "study.storage" in message
+    return info.value
+
+
+def test_sqlite_file_that_is_not_a_database(tmp_path: Path) -> None:
+    path = tmp_path / "notes.db"
+    path.write_text("just some text, not a database\n" * 100)
+    before = path.read_bytes()
+    error = _one_line_error(f"sqlite:///{path}")
+    assert "not an SQLite database" in str(error)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.db"]
+
+
+def test_sqlite_in_an_unwritable_place(tmp_path: Path) -> None:
+    # /proc refuses new files even to root, unlike a chmod-ed folder.
+    error = _one_line_error("sqlite:////proc/dvt-hpo-study.db")
+    assert "/proc/dvt-hpo-study.db" in str(error)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_sqlite_in_a_read_only_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o500)
+    try:
+        error = _one_line_error(f"sqlite:///{folder}/s.db")
+        assert "writable" in str(error)
+        assert list(folder.iterdir()) == []
+    finally:
+        folder.chmod(0o700)
+
+
+@pytest.mark.parametrize("scheme", ["sqlite", "journal"])
+def test_storage_path_under_a_file(tmp_path: Path, scheme: str) -> None:
+    (tmp_path / "file").write_text("x")
+    error = _one_line_error(f"{scheme}:///{tmp_path}/file/sub/study.db")
+    assert "is a file, not a folder" in str(error)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_journal_in_proc() -> None:
+    error = _one_line_error("journal:////proc/dvt-hpo-study.log")
+    assert "/proc" in str(error)
+
+
+def test_unreachable_server_is_one_line_without_password() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once closed
+    url = f"postgresql://alice:s3cret-pw@127.0.0.1:{port}/hpo"
+    error = _one_line_error(url, lambda u: create_or_load_study(u, "s", ["minimize"]))
+    assert "cannot connect to the database server (" in str(error)
+    assert "Connection refused)" in str(error)
+    assert "host and port" in str(error)
+    assert "s3cret-pw" not in str(error)
+    assert "alice:***@127.0.0.1" in str(error)
+
+
+def test_wrong_database_name(postgres_url: str) -> None:
+    import sqlalchemy
+
+    url = (
+        sqlalchemy.engine.make_url(postgres_url)
+        .set(database="no_such_db_dvt")
+        .render_as_string(False)
+    )
+    error = _one_line_error(url, lambda u: create_or_load_study(u, "s", ["minimize"]))
+    assert "the database does not exist" in str(error)
+    assert "createdb" in str(error)
+
+
+def test_unknown_host(tmp_path: Path) -> None:
+    error = _one_line_error("postgresql://u:pw@no-such-host.invalid/db")
+    assert "unknown host" in str(error)
+
+
+# -- read-only opening ------------------------------------------------------------------------
+@pytest.mark.parametrize("scheme", ["sqlite", "journal"])
+def test_open_existing_never_creates_a_file(tmp_path: Path, scheme: str) -> None:
+    url = f"{scheme}:///{tmp_path}/missing/study.db"
+    with pytest.raises(StudyNotFoundError, match="does not exist; run `dvt-hpo run`"):
+        open_existing(url, "s")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_open_existing_on_an_empty_sqlite_file_writes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "empty.db"
+    sqlite3.connect(path).close()
+    before = path.read_bytes()
+    with pytest.raises(StudyNotFoundError, match="no Optuna study tables"):
+        open_existing(f"sqlite:///{path}", "s")
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("scheme", ["sqlite", "journal"])
+def test_open_existing_names_the_studies_it_found(tmp_path: Path, scheme: str) -> None:
+    url = f"{scheme}:///{tmp_path}/study.db"
+    create_or_load_study(url, "alpha", ["maximize"])
+    with pytest.raises(StudyNotFoundError, match=r"no study named 'beta'.*it holds 'alpha'"):
+        open_existing(url, "beta")
+    assert open_existing(url, "alpha").direction.name == "MAXIMIZE"
+
+
+def test_open_existing_on_postgres_without_the_study(postgres_url: str, unique_name: str) -> None:
+    with pytest.raises(StudyNotFoundError, match=unique_name):
+        open_existing(postgres_url, unique_name)
+
+
+# -- create or load -----------------------------------------------------------------------------
+def test_create_or_load_keeps_the_stored_directions_and_runs_init_once_per_open(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path}/s.db"
+    seen: list[int] = []
+    study = create_or_load_study(url, "s", ["maximize"], init=lambda s: seen.append(len(s.trials)))
+    study.tell(study.ask(), 1.0)
+    again = create_or_load_study(url, "s", ["minimize"], init=lambda s: seen.append(len(s.trials)))
+    assert again.direction.name == "MAXIMIZE"  # the caller compares and reports
+    assert seen == [0, 1]
+
+
+def test_init_errors_propagate_unchanged(tmp_path: Path) -> None:
+    def init(study: optuna.Study) -> None:
+        raise SpecError("space differs", field="search_space")
+
+    with pytest.raises(SpecError, match="space differs"):
+        create_or_load_study(f"sqlite:///{tmp_path}/s.db", "s", ["maximize"], init=init)
+
+
+def test_sqlite_on_a_network_file_system_keeps_the_rollback_journal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dvt_hpo.storage as storage
+
+    assert storage.filesystem_type(tmp_path) is not None
+    assert not storage.is_network_filesystem(tmp_path)
+    monkeypatch.setattr(storage, "filesystem_type", lambda path: "nfs4")
+    create_or_load_study(f"sqlite:///{tmp_path}/nfs.db", "s", ["maximize"])
+    mode = sqlite3.connect(tmp_path / "nfs.db").execute("PRAGMA journal_mode").fetchone()[0]
+    assert mode == "delete"
+
+
+def test_creation_races_are_retried_and_other_errors_are_not(tmp_path: Path) -> None:
+    # The fallback for dialects without a creation lock (MySQL, ...), on real SQLAlchemy errors.
+    import sqlalchemy
+
+    from dvt_hpo.storage_lock import is_creation_race, retry_creation_race
+
+    engine = sqlalchemy.create_engine(f"sqlite:///{tmp_path}/r.db")
+    with engine.begin() as conn:
+        conn.execute(sqlalchemy.text("CREATE TABLE studies (x)"))
+    calls = 0
+
+    def create_twice() -> str:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            with engine.begin() as conn:
+                conn.execute(sqlalchemy.text("CREATE TABLE studies (x)"))
+        return "created"
+
+    assert retry_creation_race(create_twice) == "created" and calls == 2
+
+    def bad_sql() -> None:
+        with engine.begin() as conn:
+            conn.execute(sqlalchemy.text("SELEC 1"))
+
+    with pytest.raises(sqlalchemy.exc.OperationalError) as info:
+        retry_creation_race(bad_sql)
+    assert not is_creation_race(info.value)
+    engine.dispose()
