@@ -117,22 +117,10 @@ def _cmd_best(args: argparse.Namespace) -> int:
 
     from dvt_hpo.best import best_config
     from dvt_hpo.spec import load_spec
-    from dvt_hpo.storage import journal_path, open_storage, redact_url, sqlite_path
+    from dvt_hpo.study_reader import open_existing_study
 
     spec = load_spec(args.study, args.overrides)
-    # Opening a missing SQLite file or journal would create it.
-    db = sqlite_path(spec.study.storage) or journal_path(spec.study.storage)
-    if db is not None and not db.exists():
-        raise DvtHpoError(f"no study yet: {db} does not exist; run `dvt-hpo run {args.study}`")
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        study = optuna.load_study(
-            study_name=spec.study.name, storage=open_storage(spec.study.storage)
-        )
-    except KeyError:
-        raise DvtHpoError(
-            f"study {spec.study.name!r} is not in {redact_url(spec.study.storage)}"
-        ) from None
+    study = open_existing_study(spec)
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     if not complete:
         raise DvtHpoError(f"study {spec.study.name!r} has no completed trial yet")

@@ -387,6 +387,15 @@ def _study_names(storage: Any) -> list[str]:
     return []
 
 
+def study_storage(study: optuna.Study) -> optuna.storages.BaseStorage:
+    """The storage a study was opened on, without Optuna's per-study trial cache (which wraps
+    RDB storages and loads every trial on first use): for our own reads and heartbeats."""
+    from optuna.storages._cached_storage import _CachedStorage
+
+    storage = study._storage
+    return storage._backend if isinstance(storage, _CachedStorage) else storage
+
+
 def supports_heartbeat(storage: Any) -> bool:
     """Whether ``storage`` records trial heartbeats (RDB storages opened with a heartbeat)."""
     get_interval = getattr(storage, "get_heartbeat_interval", None)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from dvt_hpo import space
 from dvt_hpo.exceptions import SpecError
-from dvt_hpo.storage import HeartbeatSettings, open_storage
+from dvt_hpo.storage import HeartbeatSettings, create_or_load_study, study_storage
 
 if TYPE_CHECKING:
     import optuna
@@ -30,33 +30,37 @@ def open_study(
 
     from dvt_hpo.spec import build_pruner, build_sampler
 
-    storage = open_storage(
-        spec.study.storage,
-        HeartbeatSettings(
-            spec.study.heartbeat_interval_s, spec.study.grace_period_s, spec.trials.max_retries
-        ),
-    )
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     # We drive heartbeats ourselves around ask/tell (Optuna warns that they are meant for
     # Study.optimize) and use fail_stale_trials knowingly (marked experimental).
     warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
     warnings.filterwarnings("ignore", message=".*fail_stale_trials is experimental")
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    study = optuna.create_study(
-        storage=storage,
-        study_name=spec.study.name,
-        direction=spec.objective.direction,
-        load_if_exists=True,
+
+    def init(study: optuna.Study) -> None:
+        # Under the storage's creation lock: workers starting at the same instant on a fresh
+        # database see one study and one set of stored settings.
+        if study.direction.name.lower() != spec.objective.direction:
+            raise SpecError(
+                f"the stored study {spec.study.name!r} maximizes/minimizes differently: it "
+                f"is {study.direction.name.lower()}, the file says "
+                f"{spec.objective.direction!r}; use another study.name",
+                file=spec.path,
+                field="objective.direction",
+            )
+        check_space(study, spec, allow_space_change=allow_space_change, out=out)
+
+    study = create_or_load_study(
+        spec.study.storage,
+        spec.study.name,
+        [spec.objective.direction],
+        heartbeat=HeartbeatSettings(
+            spec.study.heartbeat_interval_s, spec.study.grace_period_s, spec.trials.max_retries
+        ),
+        init=init,
+        source=spec.path,
     )
-    if study.direction.name.lower() != spec.objective.direction:
-        raise SpecError(
-            f"the stored study {spec.study.name!r} maximizes/minimizes differently: it is "
-            f"{study.direction.name.lower()}, the file says {spec.objective.direction!r}; "
-            "use another study.name",
-            file=spec.path,
-            field="objective.direction",
-        )
-    check_space(study, spec, allow_space_change=allow_space_change, out=out)
+    storage = study_storage(study)
     study_id = storage.get_study_id_from_name(spec.study.name)
     existing = storage.get_n_trials(study_id)  # once per run: seeds the resumed sampler
     study.sampler = build_sampler(

@@ -454,7 +454,7 @@ def test_best_before_any_run_exits_1_and_creates_nothing(
     result = cli("best", "study.yaml", cwd=tmp_path)
 
     assert result.code == EXIT_FAILURE
-    assert "no study yet" in result.err and "dvt-hpo run" in result.err, result.err
+    assert "no study database yet" in result.err and "dvt-hpo run" in result.err, result.err
     assert listing(tmp_path) == before
 
 

@@ -102,7 +102,7 @@ def test_dashboard_of_a_study_not_run_creates_nothing(
 ) -> None:
     path = write_study(toy_study("none-yet"))
     assert main(["dashboard", str(path), "--port", "1"]) == EXIT_FAILURE
-    assert "no study yet" in capsys.readouterr().err
+    assert "no study database yet" in capsys.readouterr().err
     assert not (tmp_path / "none-yet.db").exists()
 
 

@@ -58,7 +58,7 @@ def test_report_of_a_study_not_run_writes_nothing(
 ) -> None:
     path = write_study(toy_study("nothing"))
     assert main(["report", str(path), "-o", str(tmp_path / "r.html")]) == EXIT_FAILURE
-    assert "no study yet" in capsys.readouterr().err
+    assert "no study database yet" in capsys.readouterr().err
     assert not (tmp_path / "r.html").exists() and not (tmp_path / "nothing.db").exists()
 
 

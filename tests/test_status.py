@@ -76,7 +76,7 @@ def test_status_of_a_study_not_run_yet_creates_nothing(
     before = sorted(p.name for p in tmp_path.iterdir())
     assert main(["status", str(path)]) == EXIT_FAILURE
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "no study yet" in err and "never-run.db" in err
+    assert err.count("\n") == 0 and "no study database yet" in err and "never-run.db" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
@@ -91,7 +91,7 @@ def test_status_of_a_study_missing_from_its_database(
     )
     assert main(["status", str(path)]) == EXIT_FAILURE
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "study 'other' is not in" in err
+    assert err.count("\n") == 0 and "no study named 'other' in this database" in err
     names = optuna.get_all_study_names(storage=spec.study.storage)
     assert names == ["seeing"]
 
