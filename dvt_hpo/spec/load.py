@@ -22,9 +22,10 @@ from dvt_hpo.hints import describe, did_you_mean
 from dvt_hpo.spec.batch import read_batch_size
 from dvt_hpo.spec.fields import Reader
 from dvt_hpo.spec.model import Condition, StudySpec, TrialsSpec
+from dvt_hpo.spec.objective import read_objective
 from dvt_hpo.spec.search import read_search_space
 from dvt_hpo.spec.source import Doc, apply_override, parse_override, read_yaml
-from dvt_hpo.spec.study import check_algorithms, read_objective, read_study, read_tracking
+from dvt_hpo.spec.study import check_algorithms, read_study, read_tracking
 from dvt_hpo.spec.trainer import read_trainer
 from dvt_hpo.spec.trials import read_trials
 from dvt_hpo.storage import redact_url
