@@ -9,8 +9,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dvt_hpo.exceptions import DvtHpoError, SpecError
+
+if TYPE_CHECKING:
+    from dvt_hpo.spec import StudySpec
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -48,6 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
     validate = sub.add_parser("validate", help="check a study.yaml without running anything")
     validate.add_argument("study", type=Path)
     _add_overrides(validate)
+    validate.add_argument(
+        "--allow-space-change",
+        action="store_true",
+        help="as for run: accept a search space that differs from the stored study's",
+    )
 
     best = sub.add_parser("best", help="show the best trial; optionally export its config")
     best.add_argument("study", type=Path)
@@ -77,18 +86,43 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_validate(args: argparse.Namespace) -> int:
     from dvt_hpo.spec import load_spec
     from dvt_hpo.spec.load import entrypoint_origin
+    from dvt_hpo.spec.objective import describe_objective
 
     spec = load_spec(args.study, args.overrides, check_runnable=True)
+    stored = _stored_comparison(spec, args.allow_space_change)
     origin = entrypoint_origin(spec.trainer.entrypoint, spec.path.parent)
     dims = ", ".join(d.name for d in spec.search_space)
     n = spec.study.n_trials
     budget = f"{n} trial{'s' if n != 1 else ''}" if n is not None else "no trial limit"
     print(
         f"{args.study}: ok — study {spec.study.name!r}, {budget}, "
-        f"{spec.objective.direction} {spec.objective.metric} ({spec.objective.reduce}), "
-        f"search space: {dims}; entry point {spec.trainer.entrypoint} from {origin}"
+        f"{describe_objective(spec.objective)}, search space: {dims}; "
+        f"entry point {spec.trainer.entrypoint} from {origin}; {stored}"
     )
     return EXIT_OK
+
+
+def _stored_comparison(spec: StudySpec, allow_space_change: bool) -> str:
+    """Compare ``spec`` with the study stored under its name, as ``run`` would, reading the
+    storage without writing; raise SpecError on a refused difference. Prints the notes."""
+    from dvt_hpo.compat import compare, refusal_error
+    from dvt_hpo.storage import redact_url
+    from dvt_hpo.stored_study import read_stored_study
+
+    stored = read_stored_study(spec.study.storage, spec.study.name)
+    if stored is None:
+        return "no stored study yet"
+    comparison = compare(spec, stored, allow_space_change=allow_space_change)
+    error = refusal_error(spec, comparison, redact_url(spec.study.storage))
+    if error is not None:
+        raise error
+    if comparison.space_changes:
+        print("search space changed: " + "; ".join(comparison.space_changes))
+    for note in comparison.notes:
+        print(f"note: {note}")
+    trials = f"{stored.n_trials} trial{'s' if stored.n_trials != 1 else ''}"
+    same = "same objective" + ("" if comparison.space_changes else " and search space")
+    return f"stored study: {trials}, {same}"
 
 
 def _cmd_best(args: argparse.Namespace) -> int:

@@ -634,3 +634,72 @@ def test_validate_never_finds_a_module_only_in_the_working_directory(tmp_path: P
     assert message.startswith(f"error: {study}:") and message.count("\n") == 1, message
     assert ": trainer.entrypoint: module 'cwd_only_trainer'" in message, message
     assert "cannot be found" in message and "never from the working directory" in message
+
+
+# ---------------------------------------------------------------------------------------------
+# validate against the stored study (read-only)
+
+
+def mtimes(folder: Path) -> dict[str, int]:
+    return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*")}
+
+
+def test_validate_refuses_another_metric_than_the_stored_study(
+    cli: Callable[..., Result], write_study: Callable[..., Path], tmp_path: Path
+) -> None:
+    path = write_study(curve_study("stored", study={"n_trials": 1}))
+    assert cli("run", path).code == EXIT_OK
+    before = mtimes(tmp_path)
+
+    changed = cli("validate", path, "--set", "objective.metric=accuracy")
+
+    assert changed.code == EXIT_BAD_INPUT, changed
+    message = changed.err
+    assert message.startswith("error: <--set>: objective.metric: "), message
+    assert message.count("\n") == 1, message
+    assert "'score' -> 'accuracy'" in message and "another study.name" in message, message
+    assert mtimes(tmp_path) == before, "validate must not write"
+
+    same = cli("validate", path)
+    assert same.code == EXIT_OK, same.err
+    assert "stored study: 1 trial, same objective and search space" in same.out, same.out
+    assert mtimes(tmp_path) == before
+
+
+def test_validate_refuses_a_space_change_unless_allowed(
+    cli: Callable[..., Result], write_study: Callable[..., Path], tmp_path: Path
+) -> None:
+    path = write_study(curve_study("stored-space", study={"n_trials": 1}))
+    assert cli("run", path).code == EXIT_OK
+    before = mtimes(tmp_path)
+
+    refused = cli("validate", path, "--set", "search_space[0].high=2.0")
+    allowed = cli("validate", path, "--set", "search_space[0].high=2.0", "--allow-space-change")
+
+    assert refused.code == EXIT_BAD_INPUT, refused
+    assert ": search_space: " in refused.err and "x: high 1.0 -> 2.0" in refused.err
+    assert "--allow-space-change" in refused.err
+    assert allowed.code == EXIT_OK, allowed.err
+    assert "search space changed: x: high 1.0 -> 2.0" in allowed.out, allowed.out
+    assert mtimes(tmp_path) == before
+
+
+def test_validate_of_a_new_study_creates_no_database(
+    cli: Callable[..., Result], write_study: Callable[..., Path], tmp_path: Path
+) -> None:
+    write_study(curve_study("fresh"))
+    before = listing(tmp_path)
+    result = cli("validate", "study.yaml", cwd=tmp_path)
+    assert result.code == EXIT_OK, result.err
+    assert "no stored study yet" in result.out, result.out
+    assert listing(tmp_path) == before
+
+
+def test_validate_with_an_unreachable_server_is_one_line(
+    cli: Callable[..., Result], write_study: Callable[..., Path], tmp_path: Path
+) -> None:
+    write_study(curve_study("far", study={"storage": "postgresql://u:secret@127.0.0.1:1/db"}))
+    result = cli("validate", "study.yaml", cwd=tmp_path)
+    assert result.code == EXIT_FAILURE, result
+    assert result.err.startswith("error: ") and result.err.count("\n") == 1, result.err
+    assert "secret" not in result.err and "127.0.0.1:1" in result.err

@@ -19,6 +19,7 @@ from typing import Any
 from dvt_hpo import import_path
 from dvt_hpo.exceptions import SpecError
 from dvt_hpo.hints import describe, did_you_mean
+from dvt_hpo.paths import format_path
 from dvt_hpo.spec.batch import read_batch_size
 from dvt_hpo.spec.fields import Reader
 from dvt_hpo.spec.model import Condition, StudySpec, TrialsSpec
@@ -97,6 +98,7 @@ def load_spec(
         trainer=trainer,
         search_space=dims,
         tracking=tracking,
+        locations={format_path(k): (f, line) for k, (f, line) in doc.locs.items()},
     )
 
 
@@ -162,5 +164,6 @@ def _plain(value: Any) -> Any:
 def spec_to_dict(spec: StudySpec) -> dict[str, Any]:
     """A JSON-safe dict of ``spec`` (paths as strings, the storage URL's password redacted)."""
     data = _plain(spec)
+    data.pop("locations", None)
     data["study"]["storage"] = redact_url(spec.study.storage)
     return data
