@@ -85,20 +85,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from dvt_hpo.spec import load_spec
-    from dvt_hpo.spec.load import entrypoint_origin
     from dvt_hpo.spec.objective import describe_objective
+    from dvt_hpo.spec.runnable import find_entrypoint
 
     spec = load_spec(args.study, args.overrides, check_runnable=True)
     stored = _stored_comparison(spec, args.allow_space_change)
-    origin = entrypoint_origin(spec.trainer.entrypoint, spec.path.parent)
+    entry = find_entrypoint(spec.trainer.entrypoint, spec.path.parent)
     dims = ", ".join(d.name for d in spec.search_space)
     n = spec.study.n_trials
     budget = f"{n} trial{'s' if n != 1 else ''}" if n is not None else "no trial limit"
     print(
         f"{args.study}: ok — study {spec.study.name!r}, {budget}, "
         f"{describe_objective(spec.objective)}, search space: {dims}; "
-        f"entry point {spec.trainer.entrypoint} from {origin}; {stored}"
+        f"entry point {spec.trainer.entrypoint} from {entry.origin}; {stored}"
     )
+    if entry.note is not None:
+        print(f"note: {entry.note}")
     return EXIT_OK
 
 

@@ -703,3 +703,42 @@ def test_validate_with_an_unreachable_server_is_one_line(
     assert result.code == EXIT_FAILURE, result
     assert result.err.startswith("error: ") and result.err.count("\n") == 1, result.err
     assert "secret" not in result.err and "127.0.0.1:1" in result.err
+
+
+# ---------------------------------------------------------------------------------------------
+# validate checks the entry-point function (read, never run)
+
+
+@pytest.mark.parametrize(
+    ("entry", "code", "says"),
+    [
+        ("mytrainer:run", EXIT_OK, "entry point mytrainer:run from"),
+        ("mytrainer:runn", EXIT_BAD_INPUT, "did you mean 'run'"),
+        ("mytrainer.py:run", EXIT_BAD_INPUT, "write 'mytrainer:run'"),
+        ("math:sqrt", EXIT_OK, "note: module 'math' has no Python source"),
+    ],
+)
+def test_validate_reads_the_entry_point_function_without_running_it(
+    cli: Callable[..., Result],
+    write_study: Callable[..., Path],
+    tmp_path: Path,
+    entry: str,
+    code: int,
+    says: str,
+) -> None:
+    doc = toy_study("entry", trainer={"entrypoint": entry, "config": {}})
+    write_study(doc)
+    (tmp_path / "mytrainer.py").write_text(
+        'raise SystemExit("imported")\n\ndef run(config, ctx):\n    return {}\n'
+    )
+    before = listing(tmp_path)
+
+    result = cli("validate", "study.yaml", cwd=tmp_path)
+
+    assert result.code == code, result
+    assert says in (result.out if code == EXIT_OK else result.err), result
+    if code == EXIT_BAD_INPUT:
+        assert (
+            result.err.startswith("error: study.yaml:") and ": trainer.entrypoint: " in result.err
+        )
+    assert listing(tmp_path) == before

@@ -22,6 +22,7 @@ from dvt_hpo.paths import set_path
 from dvt_hpo.schema import field_type_at, from_mapping, to_plain, value_fits_type
 
 __all__ = [
+    "BUILTIN_MODELS",
     "CheckpointConfig",
     "DataConfig",
     "DevicesConfig",
@@ -44,6 +45,9 @@ __all__ = [
 # "package.module.Name" or "package.module:Name"
 _TARGET_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*[.:][A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+# The builders dvt_hpo.train.models registers (kept equal by a test), named here so that the
+# orchestrator checks model.builder without importing torch.
+BUILTIN_MODELS = ("cnn", "mlp")
 
 
 def _require(ok: bool, field_name: str, message: str) -> None:
