@@ -6,6 +6,7 @@ Exit codes: 0 done, 1 runtime failure, 2 bad input, 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,11 +34,27 @@ def _add_overrides(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _version_line() -> str:
+    """``dvt-hpo 0.1.0 (optuna 5.0.0, Python 3.11.7)``: what a bug report needs, read from the
+    installed metadata (importing optuna would cost half a second)."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    from dvt_hpo import __version__
+
+    try:
+        optuna_version = version("optuna")
+    except PackageNotFoundError:  # pragma: no cover - optuna is a dependency
+        optuna_version = "not installed"
+    return f"dvt-hpo {__version__} (optuna {optuna_version}, Python {platform.python_version()})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dvt-hpo",
         description="Hyperparameter optimization of PyTorch training, one process per trial.",
     )
+    parser.add_argument("--version", action="version", version=_version_line())
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="run or resume the study of a study.yaml")
@@ -131,10 +148,13 @@ def _cmd_best(args: argparse.Namespace) -> int:
     import optuna
     import yaml
 
+    from dvt_hpo.atomic import write_text_atomic
     from dvt_hpo.runner import best_config
     from dvt_hpo.spec import load_spec
     from dvt_hpo.storage import journal_path, open_storage, redact_url, sqlite_path
 
+    if args.export is not None:
+        _check_export_path(args.export)
     spec = load_spec(args.study, args.overrides)
     # Opening a missing SQLite file or journal would create it.
     db = sqlite_path(spec.study.storage) or journal_path(spec.study.storage)
@@ -160,9 +180,31 @@ def _cmd_best(args: argparse.Namespace) -> int:
         print(f"  batch size found: {best.user_attrs['batch_size']}")
     if args.export is not None:
         config = best_config(spec, study)
-        args.export.write_text(yaml.safe_dump(config, sort_keys=False))
+        try:
+            write_text_atomic(args.export, yaml.safe_dump(config, sort_keys=False))
+        except OSError as exc:
+            raise DvtHpoError(f"--export {args.export}: cannot write: {exc.strerror}") from None
         print(f"wrote {args.export}")
     return EXIT_OK
+
+
+def _check_export_path(path: Path) -> None:
+    """A path ``--export`` can write, checked before the study is opened (bad input, exit 2).
+    Its folder is not created: a mistyped folder is more likely than a wanted new one."""
+    folder = path.parent
+    problem = None
+    if path.is_dir():
+        problem = "is a folder; give a file name such as best.yaml"
+    else:
+        existing = next(p for p in (folder, *folder.parents) if p.exists() or p == p.parent)
+        if not existing.is_dir():
+            problem = f"{str(existing)!r} is not a folder"
+        elif existing != folder:
+            problem = f"folder {str(folder)!r} does not exist; create it first"
+        elif not os.access(folder, os.W_OK):
+            problem = f"folder {str(folder)!r} is not writable"
+    if problem is not None:
+        raise SpecError(problem, file=f"--export {path}")
 
 
 def _cmd_train(args: argparse.Namespace) -> int:

@@ -742,3 +742,76 @@ def test_validate_reads_the_entry_point_function_without_running_it(
             result.err.startswith("error: study.yaml:") and ": trainer.entrypoint: " in result.err
         )
     assert listing(tmp_path) == before
+
+
+# ---------------------------------------------------------------------------------------------
+# --version, best --export to a bad path, train on unreadable data: one line each
+
+
+def test_version_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"dvt-hpo {version('dvt-hpo')} (optuna {version('optuna')}, Python ")
+    assert out.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("target", "says"),
+    [
+        ("no/such/dir/best.yaml", "folder 'no/such/dir' does not exist"),
+        ("study.yaml/best.yaml", "'study.yaml' is not a folder"),
+        ("adir", "is a folder"),
+    ],
+)
+def test_best_export_to_a_bad_path_is_one_line_and_writes_nothing(
+    cli: Callable[..., Result],
+    write_study: Callable[..., Path],
+    tmp_path: Path,
+    target: str,
+    says: str,
+) -> None:
+    write_study(curve_study("export", study={"n_trials": 1}))
+    assert cli("run", "study.yaml", cwd=tmp_path).code == EXIT_OK
+    (tmp_path / "adir").mkdir()
+    before = mtimes(tmp_path)
+
+    result = cli("best", "study.yaml", "--export", target, cwd=tmp_path)
+
+    assert result.code == EXIT_BAD_INPUT, result
+    assert result.err.startswith(f"error: --export {target}: "), result.err
+    assert says in result.err and result.err.count("\n") == 1, result.err
+    assert result.out == ""
+    assert mtimes(tmp_path) == before
+
+    good = cli("best", "study.yaml", "--export", "adir/best.yaml", cwd=tmp_path)
+    assert good.code == EXIT_OK, good.err
+    assert yaml.safe_load((tmp_path / "adir" / "best.yaml").read_text())["curve"]
+    assert sorted(p.name for p in (tmp_path / "adir").iterdir()) == ["best.yaml"]
+
+
+def test_train_on_a_corrupt_image_names_the_file_without_a_traceback(
+    cli: Callable[..., Result], tmp_path: Path
+) -> None:
+    from PIL import Image
+
+    for name, color in (("red", (250, 0, 0)), ("blue", (0, 0, 250))):
+        (tmp_path / "images" / name).mkdir(parents=True)
+        for i in range(3):
+            Image.new("RGB", (8, 8), color).save(tmp_path / "images" / name / f"{i}.png")
+    corrupt = tmp_path / "images" / "blue" / "3.png"
+    corrupt.write_bytes(b"\x89PNG garbage")
+    (tmp_path / "t.yaml").write_text(
+        "epochs: 1\noutput_dir: out\ndata: {kind: imagefolder, root: images, batch_size: 2}\n"
+        "model: {builder: mlp, kwargs: {width: 4}}\ndevices: {device: cpu}\n"
+        "checkpoint: {enable_checkpointing: false}\n"
+    )
+
+    result = cli("train", "t.yaml", cwd=tmp_path)
+
+    assert result.code == EXIT_BAD_INPUT, result
+    assert result.err.count("\n") == 1 and "Traceback" not in result.err, result.err
+    assert "data.root" in result.err and "blue/3.png" in result.err, result.err

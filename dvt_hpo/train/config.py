@@ -116,6 +116,8 @@ class DataConfig:
     # 8x8 and are resized only when this is set (handy to make a memory-hungry digits model).
     image_size: int | None = None
     max_samples: int | None = None  # cap on the dataset before the split, for speed
+    # imagefolder: images that cannot be opened fail the data load (listed) unless skipped.
+    skip_unreadable: bool = False
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
 
     def __post_init__(self) -> None:
