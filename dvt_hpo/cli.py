@@ -92,10 +92,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from dvt_hpo.compat import check_stored_study
     from dvt_hpo.runner import StudyRunner
     from dvt_hpo.spec import load_spec
 
     spec = load_spec(args.study, args.overrides, check_runnable=True)
+    # Before the storage is opened for writing: a refused run writes nothing.
+    check_stored_study(spec, allow_space_change=args.allow_space_change)
     StudyRunner(spec, allow_space_change=args.allow_space_change).run()
     return EXIT_OK
 
@@ -122,19 +125,12 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _stored_comparison(spec: StudySpec, allow_space_change: bool) -> str:
-    """Compare ``spec`` with the study stored under its name, as ``run`` would, reading the
-    storage without writing; raise SpecError on a refused difference. Prints the notes."""
-    from dvt_hpo.compat import compare, refusal_error
-    from dvt_hpo.storage import redact_url
-    from dvt_hpo.stored_study import read_stored_study
+    """What ``validate`` says of the stored study (printing the accepted changes and notes)."""
+    from dvt_hpo.compat import check_stored_study
 
-    stored = read_stored_study(spec.study.storage, spec.study.name)
-    if stored is None:
+    stored, comparison = check_stored_study(spec, allow_space_change=allow_space_change)
+    if stored is None or comparison is None:
         return "no stored study yet"
-    comparison = compare(spec, stored, allow_space_change=allow_space_change)
-    error = refusal_error(spec, comparison, redact_url(spec.study.storage))
-    if error is not None:
-        raise error
     if comparison.space_changes:
         print("search space changed: " + "; ".join(comparison.space_changes))
     for note in comparison.notes:

@@ -6,9 +6,10 @@ one, so they refuse the run (exit 2), as a changed search space does unless
 ``--allow-space-change``. Changed sampler or pruner settings only inform: they affect how later
 trials are chosen or stopped, not what earlier values mean.
 
-Pure: the caller reads the stored study (``validate``: :func:`dvt_hpo.stored_study.
-read_stored_study`; the study loop: :meth:`StoredStudy.from_study`) and stores
-:func:`settings_attrs` after a run is accepted.
+:func:`compare` is pure: the caller gives the stored study (the study loop:
+:meth:`StoredStudy.from_study`) and stores :func:`settings_attrs` once the run is accepted.
+:func:`check_stored_study` reads it first, without writing (``validate``, and ``run`` before
+its storage is opened, so a refused run writes nothing).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ __all__ = [
     "Comparison",
     "Difference",
     "compare",
+    "check_stored_study",
     "refusal_error",
     "settings_attrs",
 ]
@@ -135,3 +137,22 @@ def refusal_error(spec: StudySpec, comparison: Comparison, where: str) -> SpecEr
         line=line,
         field=first.field,
     )
+
+
+def check_stored_study(
+    spec: StudySpec, *, allow_space_change: bool = False
+) -> tuple[StoredStudy | None, Comparison | None]:
+    """Read the study stored under ``spec``'s name without writing anything and compare:
+    ``(None, None)`` when there is none yet; raises the :func:`refusal_error` (exit 2), or
+    :class:`~dvt_hpo.exceptions.DvtHpoError` (one line) when the storage cannot be read."""
+    from dvt_hpo.storage import redact_url
+    from dvt_hpo.stored_study import read_stored_study
+
+    stored = read_stored_study(spec.study.storage, spec.study.name)
+    if stored is None:
+        return None, None
+    comparison = compare(spec, stored, allow_space_change=allow_space_change)
+    error = refusal_error(spec, comparison, redact_url(spec.study.storage))
+    if error is not None:
+        raise error
+    return stored, comparison

@@ -815,3 +815,30 @@ def test_train_on_a_corrupt_image_names_the_file_without_a_traceback(
     assert result.code == EXIT_BAD_INPUT, result
     assert result.err.count("\n") == 1 and "Traceback" not in result.err, result.err
     assert "data.root" in result.err and "blue/3.png" in result.err, result.err
+
+
+def test_run_refuses_another_metric_or_reduce_and_writes_nothing(
+    cli: Callable[..., Result], write_study: Callable[..., Path], tmp_path: Path
+) -> None:
+    """Changing the objective of a stored study was only a note: values of two metrics were
+    then ranked as one."""
+    path = write_study(curve_study("objective", study={"n_trials": 1}))
+    assert cli("run", path).code == EXIT_OK
+    before = mtimes(tmp_path)
+
+    changed = cli(
+        "run",
+        path,
+        "--set",
+        "study.n_trials=2",
+        "--set",
+        "objective.metric=accuracy",
+        "--set",
+        "objective.reduce=last",
+    )
+
+    assert changed.code == EXIT_BAD_INPUT, changed
+    assert "'score' -> 'accuracy'" in changed.err and "'best' -> 'last'" in changed.err
+    assert changed.err.count("\n") == 1 and changed.trials() == [], changed
+    assert mtimes(tmp_path) == before
+    assert len(stored_trials(path)) == 1
