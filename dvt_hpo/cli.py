@@ -218,18 +218,29 @@ _COMMANDS = {
 }
 
 
+def _one_line(exc: Exception) -> str:
+    text = str(exc)
+    # A DataLoader worker's error is re-raised as its own type around the worker's whole
+    # traceback; its last line is the error itself.
+    if "\nOriginal Traceback" in text:
+        last = text.strip().splitlines()[-1]
+        prefix = f"{type(exc).__module__}.{type(exc).__qualname__}: "
+        text = last[len(prefix) :] if last.startswith(prefix) else last
+    return text
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return _COMMANDS[args.command](args)
     except SpecError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("interrupted: rerun the same command to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
     except DvtHpoError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_FAILURE
 
 

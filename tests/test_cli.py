@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import optuna
 import pytest
 import yaml
@@ -34,6 +35,7 @@ QUICKSTART = REPO_ROOT / "studies" / "quickstart.yaml"
 DIGITS_FAST = ("study.n_trials=2", "trainer.config.epochs=1", "trials.parallel=1")
 SUBPROCESS_TIMEOUT_S = 240
 TRIAL_LINE = re.compile(r"^trial +(\d+) (COMPLETE|PRUNED|FAIL) +(?:\w+=(\S+))?", re.MULTILINE)
+PROCESSES = pytest.mark.processes
 BEST_LINE = re.compile(r"^best trial (\d+): (\w+)=(\S+)", re.MULTILINE)
 
 
@@ -793,19 +795,31 @@ def test_best_export_to_a_bad_path_is_one_line_and_writes_nothing(
     assert sorted(p.name for p in (tmp_path / "adir").iterdir()) == ["best.yaml"]
 
 
+@pytest.mark.parametrize(
+    ("damage", "workers"),
+    [
+        pytest.param("garbage", 0, id="unreadable-at-load"),
+        pytest.param("truncated", 0, id="truncated-at-decode"),
+        pytest.param("truncated", 1, id="truncated-in-a-dataloader-worker", marks=PROCESSES),
+    ],
+)
 def test_train_on_a_corrupt_image_names_the_file_without_a_traceback(
-    cli: Callable[..., Result], tmp_path: Path
+    cli: Callable[..., Result], tmp_path: Path, damage: str, workers: int
 ) -> None:
     from PIL import Image
 
-    for name, color in (("red", (250, 0, 0)), ("blue", (0, 0, 250))):
+    rng = np.random.default_rng(0)
+    for name in ("red", "blue"):
         (tmp_path / "images" / name).mkdir(parents=True)
-        for i in range(3):
-            Image.new("RGB", (8, 8), color).save(tmp_path / "images" / name / f"{i}.png")
+        for i in range(4):
+            pixels = rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(tmp_path / "images" / name / f"{i}.png")
     corrupt = tmp_path / "images" / "blue" / "3.png"
-    corrupt.write_bytes(b"\x89PNG garbage")
+    good = corrupt.read_bytes()
+    corrupt.write_bytes(b"\x89PNG garbage" if damage == "garbage" else good[: len(good) // 2])
     (tmp_path / "t.yaml").write_text(
-        "epochs: 1\noutput_dir: out\ndata: {kind: imagefolder, root: images, batch_size: 2}\n"
+        "epochs: 1\noutput_dir: out\n"
+        f"data: {{kind: imagefolder, root: images, batch_size: 2, num_workers: {workers}}}\n"
         "model: {builder: mlp, kwargs: {width: 4}}\ndevices: {device: cpu}\n"
         "checkpoint: {enable_checkpointing: false}\n"
     )
@@ -813,8 +827,9 @@ def test_train_on_a_corrupt_image_names_the_file_without_a_traceback(
     result = cli("train", "t.yaml", cwd=tmp_path)
 
     assert result.code == EXIT_BAD_INPUT, result
+    assert result.err.startswith("error: data.root: "), result.err
     assert result.err.count("\n") == 1 and "Traceback" not in result.err, result.err
-    assert "data.root" in result.err and "blue/3.png" in result.err, result.err
+    assert "blue/3.png" in result.err, result.err
 
 
 def test_run_refuses_another_metric_or_reduce_and_writes_nothing(
