@@ -175,7 +175,9 @@ def check_runnable(doc: Doc, spec: StudySpec) -> None:
     except SpecError as exc:
         raise doc.error(("study", "storage"), exc.message) from None
     trials = spec.trials
-    gpus = visible_gpus()
+    on_cpu = isinstance(trials.devices, str) and trials.devices.strip().lower() == "cpu"
+    # nvidia-smi costs a process start; trials.devices: cpu never needs it.
+    gpus: list[str] = [] if on_cpu else visible_gpus()
     try:
         slots = split_devices(
             trials.devices, trials.parallel, nproc_per_node=trials.nproc_per_node, gpus=gpus
@@ -185,7 +187,7 @@ def check_runnable(doc: Doc, spec: StudySpec) -> None:
     if entrypoint == BUILTIN_ENTRYPOINT:
         _check_builders(doc, spec)
         per_trial = min(len(slot.gpus) for slot in slots)
-        _check_device(doc, spec, per_trial, bool(gpus))
+        _check_device(doc, spec, per_trial, on_cpu)
 
 
 def _check_callable(doc: Doc, key: Key, target: str, folder: Path, what: str) -> None:
@@ -223,7 +225,7 @@ def _check_builders(doc: Doc, spec: StudySpec) -> None:
             )
 
 
-def _check_device(doc: Doc, spec: StudySpec, per_trial: int, any_visible: bool) -> None:
+def _check_device(doc: Doc, spec: StudySpec, per_trial: int, on_cpu: bool) -> None:
     key: Key = ("trainer", "config", "devices", "device")
     device = spec.trainer.config["devices"]["device"]
     if not device.startswith("cuda"):
@@ -231,7 +233,7 @@ def _check_device(doc: Doc, spec: StudySpec, per_trial: int, any_visible: bool) 
     if per_trial == 0:
         why = (
             f"trials.devices is {spec.trials.devices!r}"
-            if any_visible
+            if on_cpu
             else "no GPU is visible here (CUDA_VISIBLE_DEVICES / nvidia-smi -L)"
         )
         raise doc.error(
