@@ -646,44 +646,83 @@ def mtimes(folder: Path) -> dict[str, int]:
     return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*")}
 
 
-def test_validate_refuses_another_metric_than_the_stored_study(
-    cli: Callable[..., Result], write_study: Callable[..., Path], tmp_path: Path
-) -> None:
-    path = write_study(curve_study("stored", study={"n_trials": 1}))
-    assert cli("run", path).code == EXIT_OK
-    before = mtimes(tmp_path)
+@pytest.fixture(scope="module")
+def stored_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A one-trial toy study stored by a real ``dvt-hpo run`` process: an in-process run leaves
+    its connections to threads and the garbage collector, whose late WAL checkpoint would change
+    the files under a test of "nothing written"."""
+    folder = tmp_path_factory.mktemp("stored")
+    path = folder / "study.yaml"
+    path.write_text(yaml.safe_dump(curve_study("stored", study={"n_trials": 1}), sort_keys=False))
+    ran = run_cli("run", path, cwd=folder)
+    assert ran.code == EXIT_OK, ran.err
+    return path
 
-    changed = cli("validate", path, "--set", "objective.metric=accuracy")
+
+@pytest.mark.processes
+def test_validate_refuses_another_metric_than_the_stored_study(
+    cli: Callable[..., Result], stored_study: Path
+) -> None:
+    before = mtimes(stored_study.parent)
+
+    changed = cli("validate", stored_study, "--set", "objective.metric=accuracy")
 
     assert changed.code == EXIT_BAD_INPUT, changed
     message = changed.err
     assert message.startswith("error: <--set>: objective.metric: "), message
     assert message.count("\n") == 1, message
     assert "'score' -> 'accuracy'" in message and "another study.name" in message, message
-    assert mtimes(tmp_path) == before, "validate must not write"
+    assert mtimes(stored_study.parent) == before, "validate must not write"
 
-    same = cli("validate", path)
+    same = cli("validate", stored_study)
     assert same.code == EXIT_OK, same.err
     assert "stored study: 1 trial, same objective and search space" in same.out, same.out
-    assert mtimes(tmp_path) == before
+    assert mtimes(stored_study.parent) == before
 
 
+@pytest.mark.processes
 def test_validate_refuses_a_space_change_unless_allowed(
-    cli: Callable[..., Result], write_study: Callable[..., Path], tmp_path: Path
+    cli: Callable[..., Result], stored_study: Path
 ) -> None:
-    path = write_study(curve_study("stored-space", study={"n_trials": 1}))
-    assert cli("run", path).code == EXIT_OK
-    before = mtimes(tmp_path)
+    before = mtimes(stored_study.parent)
 
-    refused = cli("validate", path, "--set", "search_space[0].high=2.0")
-    allowed = cli("validate", path, "--set", "search_space[0].high=2.0", "--allow-space-change")
+    refused = cli("validate", stored_study, "--set", "search_space[0].high=2.0")
+    allowed = cli(
+        "validate", stored_study, "--set", "search_space[0].high=2.0", "--allow-space-change"
+    )
 
     assert refused.code == EXIT_BAD_INPUT, refused
     assert ": search_space: " in refused.err and "x: high 1.0 -> 2.0" in refused.err
     assert "--allow-space-change" in refused.err
     assert allowed.code == EXIT_OK, allowed.err
     assert "search space changed: x: high 1.0 -> 2.0" in allowed.out, allowed.out
-    assert mtimes(tmp_path) == before
+    assert mtimes(stored_study.parent) == before
+
+
+@pytest.mark.processes
+def test_run_refuses_another_metric_or_reduce_and_writes_nothing(
+    cli: Callable[..., Result], stored_study: Path
+) -> None:
+    """Changing the objective of a stored study was only a note: values of two metrics were
+    then ranked as one."""
+    before = mtimes(stored_study.parent)
+
+    changed = cli(
+        "run",
+        stored_study,
+        "--set",
+        "study.n_trials=2",
+        "--set",
+        "objective.metric=accuracy",
+        "--set",
+        "objective.reduce=last",
+    )
+
+    assert changed.code == EXIT_BAD_INPUT, changed
+    assert "'score' -> 'accuracy'" in changed.err and "'best' -> 'last'" in changed.err
+    assert changed.err.count("\n") == 1 and changed.trials() == [], changed
+    assert mtimes(stored_study.parent) == before
+    assert len(stored_trials(stored_study)) == 1
 
 
 def test_validate_of_a_new_study_creates_no_database(
@@ -777,7 +816,6 @@ def test_best_export_to_a_bad_path_is_one_line_and_writes_nothing(
     says: str,
 ) -> None:
     write_study(curve_study("export", study={"n_trials": 1}))
-    assert cli("run", "study.yaml", cwd=tmp_path).code == EXIT_OK
     (tmp_path / "adir").mkdir()
     before = mtimes(tmp_path)
 
@@ -789,7 +827,16 @@ def test_best_export_to_a_bad_path_is_one_line_and_writes_nothing(
     assert result.out == ""
     assert mtimes(tmp_path) == before
 
+
+def test_best_export_writes_one_file_atomically(
+    cli: Callable[..., Result], write_study: Callable[..., Path], tmp_path: Path
+) -> None:
+    write_study(curve_study("export", study={"n_trials": 1}))
+    assert cli("run", "study.yaml", cwd=tmp_path).code == EXIT_OK
+    (tmp_path / "adir").mkdir()
+
     good = cli("best", "study.yaml", "--export", "adir/best.yaml", cwd=tmp_path)
+
     assert good.code == EXIT_OK, good.err
     assert yaml.safe_load((tmp_path / "adir" / "best.yaml").read_text())["curve"]
     assert sorted(p.name for p in (tmp_path / "adir").iterdir()) == ["best.yaml"]
@@ -830,30 +877,3 @@ def test_train_on_a_corrupt_image_names_the_file_without_a_traceback(
     assert result.err.startswith("error: data.root: "), result.err
     assert result.err.count("\n") == 1 and "Traceback" not in result.err, result.err
     assert "blue/3.png" in result.err, result.err
-
-
-def test_run_refuses_another_metric_or_reduce_and_writes_nothing(
-    cli: Callable[..., Result], write_study: Callable[..., Path], tmp_path: Path
-) -> None:
-    """Changing the objective of a stored study was only a note: values of two metrics were
-    then ranked as one."""
-    path = write_study(curve_study("objective", study={"n_trials": 1}))
-    assert cli("run", path).code == EXIT_OK
-    before = mtimes(tmp_path)
-
-    changed = cli(
-        "run",
-        path,
-        "--set",
-        "study.n_trials=2",
-        "--set",
-        "objective.metric=accuracy",
-        "--set",
-        "objective.reduce=last",
-    )
-
-    assert changed.code == EXIT_BAD_INPUT, changed
-    assert "'score' -> 'accuracy'" in changed.err and "'best' -> 'last'" in changed.err
-    assert changed.err.count("\n") == 1 and changed.trials() == [], changed
-    assert mtimes(tmp_path) == before
-    assert len(stored_trials(path)) == 1
