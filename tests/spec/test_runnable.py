@@ -219,3 +219,11 @@ def test_cuda_device_with_trials_on_cpu_is_refused(
     with pytest.raises(SpecError) as info:
         load_spec(digits(write, device="cuda"), ["trials.devices=cpu"], check_runnable=True)
     assert "trials.devices" in info.value.message, str(info.value)
+
+
+def test_module_with_a_syntax_error_is_refused_naming_its_line(write: Callable[..., Path]) -> None:
+    path = study(write, "mytrainer:run", "def run(config, ctx):\n    return {\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(path, check_runnable=True)
+    assert f"{path.parent / 'mytrainer.py'}:2" in info.value.message, str(info.value)
+    assert "SyntaxError" in info.value.message
