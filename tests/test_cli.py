@@ -828,6 +828,7 @@ def test_best_export_to_a_bad_path_is_one_line_and_writes_nothing(
     assert mtimes(tmp_path) == before
 
 
+@pytest.mark.processes
 def test_best_export_writes_one_file_atomically(
     cli: Callable[..., Result], write_study: Callable[..., Path], tmp_path: Path
 ) -> None:
