@@ -6,11 +6,16 @@ Exit codes: 0 done, 1 runtime failure, 2 bad input, 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dvt_hpo.exceptions import DvtHpoError, SpecError
+
+if TYPE_CHECKING:
+    from dvt_hpo.spec import StudySpec
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -29,11 +34,27 @@ def _add_overrides(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _version_line() -> str:
+    """``dvt-hpo 0.1.0 (optuna 5.0.0, Python 3.11.7)``: what a bug report needs, read from the
+    installed metadata (importing optuna would cost half a second)."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    from dvt_hpo import __version__
+
+    try:
+        optuna_version = version("optuna")
+    except PackageNotFoundError:  # pragma: no cover - optuna is a dependency
+        optuna_version = "not installed"
+    return f"dvt-hpo {__version__} (optuna {optuna_version}, Python {platform.python_version()})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dvt-hpo",
         description="Hyperparameter optimization of PyTorch training, one process per trial.",
     )
+    parser.add_argument("--version", action="version", version=_version_line())
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="run or resume the study of a study.yaml")
@@ -48,6 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
     validate = sub.add_parser("validate", help="check a study.yaml without running anything")
     validate.add_argument("study", type=Path)
     _add_overrides(validate)
+    validate.add_argument(
+        "--allow-space-change",
+        action="store_true",
+        help="as for run: accept a search space that differs from the stored study's",
+    )
 
     best = sub.add_parser("best", help="show the best trial; optionally export its config")
     best.add_argument("study", type=Path)
@@ -86,39 +112,65 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from dvt_hpo.compat import check_stored_study
     from dvt_hpo.spec import load_spec
     from dvt_hpo.study_loop import StudyRunner
 
     spec = load_spec(args.study, args.overrides, check_runnable=True)
+    # Before the storage is opened for writing: a refused run writes nothing.
+    check_stored_study(spec, allow_space_change=args.allow_space_change)
     StudyRunner(spec, allow_space_change=args.allow_space_change).run()
     return EXIT_OK
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from dvt_hpo.spec import load_spec
-    from dvt_hpo.spec.load import entrypoint_origin
+    from dvt_hpo.spec.objective import describe_objective
+    from dvt_hpo.spec.runnable import find_entrypoint
 
     spec = load_spec(args.study, args.overrides, check_runnable=True)
-    origin = entrypoint_origin(spec.trainer.entrypoint, spec.path.parent)
+    stored = _stored_comparison(spec, args.allow_space_change)
+    entry = find_entrypoint(spec.trainer.entrypoint, spec.path.parent)
     dims = ", ".join(d.name for d in spec.search_space)
     n = spec.study.n_trials
     budget = f"{n} trial{'s' if n != 1 else ''}" if n is not None else "no trial limit"
     print(
         f"{args.study}: ok — study {spec.study.name!r}, {budget}, "
-        f"{spec.objective.direction} {spec.objective.metric} ({spec.objective.reduce}), "
-        f"search space: {dims}; entry point {spec.trainer.entrypoint} from {origin}"
+        f"{describe_objective(spec.objective)}, search space: {dims}; "
+        f"entry point {spec.trainer.entrypoint} from {entry.origin}; {stored}"
     )
+    if entry.note is not None:
+        print(f"note: {entry.note}")
     return EXIT_OK
+
+
+def _stored_comparison(spec: StudySpec, allow_space_change: bool) -> str:
+    """What ``validate`` says of the stored study (printing the accepted changes and notes)."""
+    from dvt_hpo.compat import check_stored_study
+
+    stored, comparison = check_stored_study(spec, allow_space_change=allow_space_change)
+    if stored is None or comparison is None:
+        return "no stored study yet"
+    if comparison.space_changes:
+        print("search space changed: " + "; ".join(comparison.space_changes))
+    for note in comparison.notes:
+        print(f"note: {note}")
+    trials = f"{stored.n_trials} trial{'s' if stored.n_trials != 1 else ''}"
+    same = "same objective" + ("" if comparison.space_changes else " and search space")
+    return f"stored study: {trials}, {same}"
 
 
 def _cmd_best(args: argparse.Namespace) -> int:
     import optuna
     import yaml
 
+    from dvt_hpo.atomic import write_text_atomic
     from dvt_hpo.best import best_config
     from dvt_hpo.spec import load_spec
     from dvt_hpo.study_reader import open_existing_study
 
+    if args.export is not None:
+        _check_export_path(args.export)
     spec = load_spec(args.study, args.overrides)
     study = open_existing_study(spec)
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
@@ -132,9 +184,31 @@ def _cmd_best(args: argparse.Namespace) -> int:
         print(f"  batch size found: {best.user_attrs['batch_size']}")
     if args.export is not None:
         config = best_config(spec, study)
-        args.export.write_text(yaml.safe_dump(config, sort_keys=False))
+        try:
+            write_text_atomic(args.export, yaml.safe_dump(config, sort_keys=False))
+        except OSError as exc:
+            raise DvtHpoError(f"--export {args.export}: cannot write: {exc.strerror}") from None
         print(f"wrote {args.export}")
     return EXIT_OK
+
+
+def _check_export_path(path: Path) -> None:
+    """A path ``--export`` can write, checked before the study is opened (bad input, exit 2).
+    Its folder is not created: a mistyped folder is more likely than a wanted new one."""
+    folder = path.parent
+    problem = None
+    if path.is_dir():
+        problem = "is a folder; give a file name such as best.yaml"
+    else:
+        existing = next(p for p in (folder, *folder.parents) if p.exists() or p == p.parent)
+        if not existing.is_dir():
+            problem = f"{str(existing)!r} is not a folder"
+        elif existing != folder:
+            problem = f"folder {str(folder)!r} does not exist; create it first"
+        elif not os.access(folder, os.W_OK):
+            problem = f"folder {str(folder)!r} is not writable"
+    if problem is not None:
+        raise SpecError(problem, file=f"--export {path}")
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -180,18 +254,29 @@ _COMMANDS = {
 }
 
 
+def _one_line(exc: Exception) -> str:
+    text = str(exc)
+    # A DataLoader worker's error is re-raised as its own type around the worker's whole
+    # traceback; its last line is the error itself.
+    if "\nOriginal Traceback" in text:
+        last = text.strip().splitlines()[-1]
+        prefix = f"{type(exc).__module__}.{type(exc).__qualname__}: "
+        text = last[len(prefix) :] if last.startswith(prefix) else last
+    return text
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return _COMMANDS[args.command](args)
     except SpecError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("interrupted: rerun the same command to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
     except DvtHpoError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_FAILURE
 
 

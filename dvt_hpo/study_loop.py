@@ -25,6 +25,7 @@ from dvt_hpo.import_path import child_pythonpath
 from dvt_hpo.observers import Observers, study_observers
 from dvt_hpo.progress import fmt_params, trial_line
 from dvt_hpo.spec import BUILTIN_ENTRYPOINT
+from dvt_hpo.spec.objective import describe_objective
 from dvt_hpo.storage import redact_url
 from dvt_hpo.study_setup import StudyCache, open_study, study_settings
 from dvt_hpo.trial_run import TrialOutcome, TrialRun
@@ -163,6 +164,7 @@ class StudyRunner:
                 return self.study
             self.out(
                 f"study {spec.study.name!r} on {where}: "
+                + f"{describe_objective(spec.objective)}, "
                 + (f"{budget.used}/{n_trials} trials done, " if n_trials else "")
                 + f"{spec.trials.parallel} at a time"
             )

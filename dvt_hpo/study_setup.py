@@ -9,16 +9,16 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from dvt_hpo import space
-from dvt_hpo.exceptions import SpecError
-from dvt_hpo.storage import HeartbeatSettings, create_or_load_study, study_storage
+from dvt_hpo import compat
+from dvt_hpo.storage import HeartbeatSettings, create_or_load_study, redact_url, study_storage
+from dvt_hpo.stored_study import StoredStudy
 
 if TYPE_CHECKING:
     import optuna
 
     from dvt_hpo.spec import StudySpec
 
-ATTR_PREFIX = "dvt_hpo:"
+ATTR_PREFIX = compat.ATTR_PREFIX
 CACHE_PREFIX = "dvt_hpo:batch_size_cache:"
 
 
@@ -40,15 +40,7 @@ def open_study(
     def init(study: optuna.Study) -> None:
         # Under the storage's creation lock: workers starting at the same instant on a fresh
         # database see one study and one set of stored settings.
-        if study.direction.name.lower() != spec.objective.direction:
-            raise SpecError(
-                f"the stored study {spec.study.name!r} maximizes/minimizes differently: it "
-                f"is {study.direction.name.lower()}, the file says "
-                f"{spec.objective.direction!r}; use another study.name",
-                file=spec.path,
-                field="objective.direction",
-            )
-        check_space(study, spec, allow_space_change=allow_space_change, out=out)
+        check_settings(study, spec, allow_space_change=allow_space_change, out=out)
 
     study = create_or_load_study(
         spec.study.storage,
@@ -73,43 +65,31 @@ def open_study(
 
 
 def study_settings(spec: StudySpec) -> dict[str, Any]:
-    """What a study records about how it was run (compared on every resume)."""
+    """What a study records about how it was run (compared on every resume), by name."""
     return {
-        "space": space.space_signature(spec.search_space),
-        "sampler": {"kind": spec.study.sampler.kind, **spec.study.sampler.kwargs},
-        "pruner": {"kind": spec.study.pruner.kind, **spec.study.pruner.kwargs},
-        "objective": {
-            "metric": spec.objective.metric,
-            "direction": spec.objective.direction,
-            "reduce": spec.objective.reduce,
-        },
+        key[len(compat.ATTR_PREFIX) :]: value for key, value in compat.settings_attrs(spec).items()
     }
 
 
-def check_space(
+def check_settings(
     study: optuna.Study, spec: StudySpec, *, allow_space_change: bool, out: Callable[[str], None]
 ) -> None:
-    settings = study_settings(spec)
+    """Refuse a study file that no longer fits the stored study (:mod:`dvt_hpo.compat`), say
+    what changed that is allowed, and store the file's settings."""
+    comparison = compat.compare(
+        spec, StoredStudy.from_study(study), allow_space_change=allow_space_change
+    )
+    error = compat.refusal_error(spec, comparison, redact_url(spec.study.storage))
+    if error is not None:
+        raise error
+    if comparison.space_changes:
+        out("search space changed: " + "; ".join(comparison.space_changes))
+    for note in comparison.notes:
+        out(f"note: {note}")
     attrs = study.user_attrs
-    stored = attrs.get(ATTR_PREFIX + "space")
-    if stored is not None and stored != settings["space"]:
-        differences = space.diff_spaces(stored, settings["space"])
-        if not allow_space_change:
-            raise SpecError(
-                "the search space differs from the one stored in study "
-                f"{spec.study.name!r}: "
-                + "; ".join(differences)
-                + ". Rerun with --allow-space-change to accept it, or use another study.name",
-                file=spec.path,
-                field="search_space",
-            )
-        out("search space changed: " + "; ".join(differences))
-    for key, value in settings.items():
-        old = attrs.get(ATTR_PREFIX + key)
-        if old is not None and old != value and key != "space":
-            out(f"note: {key} settings changed from {old} to {value}")
-        if old != value:
-            study.set_user_attr(ATTR_PREFIX + key, value)
+    for key, value in compat.settings_attrs(spec).items():
+        if attrs.get(key) != value:
+            study.set_user_attr(key, value)
 
 
 class StudyCache:
@@ -130,4 +110,4 @@ class StudyCache:
             self._storage.set_study_system_attr(self._study_id, CACHE_PREFIX + key, value)
 
 
-__all__ = ["ATTR_PREFIX", "CACHE_PREFIX", "StudyCache", "check_space", "open_study"]
+__all__ = ["ATTR_PREFIX", "CACHE_PREFIX", "StudyCache", "check_settings", "open_study"]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import optuna
 import pytest
 import yaml
@@ -34,6 +35,7 @@ QUICKSTART = REPO_ROOT / "studies" / "quickstart.yaml"
 DIGITS_FAST = ("study.n_trials=2", "trainer.config.epochs=1", "trials.parallel=1")
 SUBPROCESS_TIMEOUT_S = 240
 TRIAL_LINE = re.compile(r"^trial +(\d+) (COMPLETE|PRUNED|FAIL) +(?:\w+=(\S+))?", re.MULTILINE)
+PROCESSES = pytest.mark.processes
 BEST_LINE = re.compile(r"^best trial (\d+): (\w+)=(\S+)", re.MULTILINE)
 
 
@@ -634,3 +636,245 @@ def test_validate_never_finds_a_module_only_in_the_working_directory(tmp_path: P
     assert message.startswith(f"error: {study}:") and message.count("\n") == 1, message
     assert ": trainer.entrypoint: module 'cwd_only_trainer'" in message, message
     assert "cannot be found" in message and "never from the working directory" in message
+
+
+# ---------------------------------------------------------------------------------------------
+# validate against the stored study (read-only)
+
+
+def mtimes(folder: Path) -> dict[str, int]:
+    return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*")}
+
+
+@pytest.fixture(scope="module")
+def stored_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A one-trial toy study stored by a real ``dvt-hpo run`` process: an in-process run leaves
+    its connections to threads and the garbage collector, whose late WAL checkpoint would change
+    the files under a test of "nothing written"."""
+    folder = tmp_path_factory.mktemp("stored")
+    path = folder / "study.yaml"
+    path.write_text(yaml.safe_dump(curve_study("stored", study={"n_trials": 1}), sort_keys=False))
+    ran = run_cli("run", path, cwd=folder)
+    assert ran.code == EXIT_OK, ran.err
+    return path
+
+
+@pytest.mark.processes
+def test_validate_refuses_another_metric_than_the_stored_study(
+    cli: Callable[..., Result], stored_study: Path
+) -> None:
+    before = mtimes(stored_study.parent)
+
+    changed = cli("validate", stored_study, "--set", "objective.metric=accuracy")
+
+    assert changed.code == EXIT_BAD_INPUT, changed
+    message = changed.err
+    assert message.startswith("error: <--set>: objective.metric: "), message
+    assert message.count("\n") == 1, message
+    assert "'score' -> 'accuracy'" in message and "another study.name" in message, message
+    assert mtimes(stored_study.parent) == before, "validate must not write"
+
+    same = cli("validate", stored_study)
+    assert same.code == EXIT_OK, same.err
+    assert "stored study: 1 trial, same objective and search space" in same.out, same.out
+    assert mtimes(stored_study.parent) == before
+
+
+@pytest.mark.processes
+def test_validate_refuses_a_space_change_unless_allowed(
+    cli: Callable[..., Result], stored_study: Path
+) -> None:
+    before = mtimes(stored_study.parent)
+
+    refused = cli("validate", stored_study, "--set", "search_space[0].high=2.0")
+    allowed = cli(
+        "validate", stored_study, "--set", "search_space[0].high=2.0", "--allow-space-change"
+    )
+
+    assert refused.code == EXIT_BAD_INPUT, refused
+    assert ": search_space: " in refused.err and "x: high 1.0 -> 2.0" in refused.err
+    assert "--allow-space-change" in refused.err
+    assert allowed.code == EXIT_OK, allowed.err
+    assert "search space changed: x: high 1.0 -> 2.0" in allowed.out, allowed.out
+    assert mtimes(stored_study.parent) == before
+
+
+@pytest.mark.processes
+def test_run_refuses_another_metric_or_reduce_and_writes_nothing(
+    cli: Callable[..., Result], stored_study: Path
+) -> None:
+    """Changing the objective of a stored study was only a note: values of two metrics were
+    then ranked as one."""
+    before = mtimes(stored_study.parent)
+
+    changed = cli(
+        "run",
+        stored_study,
+        "--set",
+        "study.n_trials=2",
+        "--set",
+        "objective.metric=accuracy",
+        "--set",
+        "objective.reduce=last",
+    )
+
+    assert changed.code == EXIT_BAD_INPUT, changed
+    assert "'score' -> 'accuracy'" in changed.err and "'best' -> 'last'" in changed.err
+    assert changed.err.count("\n") == 1 and changed.trials() == [], changed
+    assert mtimes(stored_study.parent) == before
+    assert len(stored_trials(stored_study)) == 1
+
+
+def test_validate_of_a_new_study_creates_no_database(
+    cli: Callable[..., Result], write_study: Callable[..., Path], tmp_path: Path
+) -> None:
+    write_study(curve_study("fresh"))
+    before = listing(tmp_path)
+    result = cli("validate", "study.yaml", cwd=tmp_path)
+    assert result.code == EXIT_OK, result.err
+    assert "no stored study yet" in result.out, result.out
+    assert listing(tmp_path) == before
+
+
+def test_validate_with_an_unreachable_server_is_one_line(
+    cli: Callable[..., Result], write_study: Callable[..., Path], tmp_path: Path
+) -> None:
+    write_study(curve_study("far", study={"storage": "postgresql://u:secret@127.0.0.1:1/db"}))
+    result = cli("validate", "study.yaml", cwd=tmp_path)
+    assert result.code == EXIT_FAILURE, result
+    assert result.err.startswith("error: ") and result.err.count("\n") == 1, result.err
+    assert "secret" not in result.err and "127.0.0.1:1" in result.err
+
+
+# ---------------------------------------------------------------------------------------------
+# validate checks the entry-point function (read, never run)
+
+
+@pytest.mark.parametrize(
+    ("entry", "code", "says"),
+    [
+        ("mytrainer:run", EXIT_OK, "entry point mytrainer:run from"),
+        ("mytrainer:runn", EXIT_BAD_INPUT, "did you mean 'run'"),
+        ("mytrainer.py:run", EXIT_BAD_INPUT, "write 'mytrainer:run'"),
+        ("math:sqrt", EXIT_OK, "note: module 'math' has no Python source"),
+    ],
+)
+def test_validate_reads_the_entry_point_function_without_running_it(
+    cli: Callable[..., Result],
+    write_study: Callable[..., Path],
+    tmp_path: Path,
+    entry: str,
+    code: int,
+    says: str,
+) -> None:
+    doc = toy_study("entry", trainer={"entrypoint": entry, "config": {}})
+    write_study(doc)
+    (tmp_path / "mytrainer.py").write_text(
+        'raise SystemExit("imported")\n\ndef run(config, ctx):\n    return {}\n'
+    )
+    before = listing(tmp_path)
+
+    result = cli("validate", "study.yaml", cwd=tmp_path)
+
+    assert result.code == code, result
+    assert says in (result.out if code == EXIT_OK else result.err), result
+    if code == EXIT_BAD_INPUT:
+        assert (
+            result.err.startswith("error: study.yaml:") and ": trainer.entrypoint: " in result.err
+        )
+    assert listing(tmp_path) == before
+
+
+# ---------------------------------------------------------------------------------------------
+# --version, best --export to a bad path, train on unreadable data: one line each
+
+
+def test_version_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"dvt-hpo {version('dvt-hpo')} (optuna {version('optuna')}, Python ")
+    assert out.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("target", "says"),
+    [
+        ("no/such/dir/best.yaml", "folder 'no/such/dir' does not exist"),
+        ("study.yaml/best.yaml", "'study.yaml' is not a folder"),
+        ("adir", "is a folder"),
+    ],
+)
+def test_best_export_to_a_bad_path_is_one_line_and_writes_nothing(
+    cli: Callable[..., Result],
+    write_study: Callable[..., Path],
+    tmp_path: Path,
+    target: str,
+    says: str,
+) -> None:
+    write_study(curve_study("export", study={"n_trials": 1}))
+    (tmp_path / "adir").mkdir()
+    before = mtimes(tmp_path)
+
+    result = cli("best", "study.yaml", "--export", target, cwd=tmp_path)
+
+    assert result.code == EXIT_BAD_INPUT, result
+    assert result.err.startswith(f"error: --export {target}: "), result.err
+    assert says in result.err and result.err.count("\n") == 1, result.err
+    assert result.out == ""
+    assert mtimes(tmp_path) == before
+
+
+@pytest.mark.processes
+def test_best_export_writes_one_file_atomically(
+    cli: Callable[..., Result], write_study: Callable[..., Path], tmp_path: Path
+) -> None:
+    write_study(curve_study("export", study={"n_trials": 1}))
+    assert cli("run", "study.yaml", cwd=tmp_path).code == EXIT_OK
+    (tmp_path / "adir").mkdir()
+
+    good = cli("best", "study.yaml", "--export", "adir/best.yaml", cwd=tmp_path)
+
+    assert good.code == EXIT_OK, good.err
+    assert yaml.safe_load((tmp_path / "adir" / "best.yaml").read_text())["curve"]
+    assert sorted(p.name for p in (tmp_path / "adir").iterdir()) == ["best.yaml"]
+
+
+@pytest.mark.parametrize(
+    ("damage", "workers"),
+    [
+        pytest.param("garbage", 0, id="unreadable-at-load"),
+        pytest.param("truncated", 0, id="truncated-at-decode"),
+        pytest.param("truncated", 1, id="truncated-in-a-dataloader-worker", marks=PROCESSES),
+    ],
+)
+def test_train_on_a_corrupt_image_names_the_file_without_a_traceback(
+    cli: Callable[..., Result], tmp_path: Path, damage: str, workers: int
+) -> None:
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for name in ("red", "blue"):
+        (tmp_path / "images" / name).mkdir(parents=True)
+        for i in range(4):
+            pixels = rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(tmp_path / "images" / name / f"{i}.png")
+    corrupt = tmp_path / "images" / "blue" / "3.png"
+    good = corrupt.read_bytes()
+    corrupt.write_bytes(b"\x89PNG garbage" if damage == "garbage" else good[: len(good) // 2])
+    (tmp_path / "t.yaml").write_text(
+        "epochs: 1\noutput_dir: out\n"
+        f"data: {{kind: imagefolder, root: images, batch_size: 2, num_workers: {workers}}}\n"
+        "model: {builder: mlp, kwargs: {width: 4}}\ndevices: {device: cpu}\n"
+        "checkpoint: {enable_checkpointing: false}\n"
+    )
+
+    result = cli("train", "t.yaml", cwd=tmp_path)
+
+    assert result.code == EXIT_BAD_INPUT, result
+    assert result.err.startswith("error: data.root: "), result.err
+    assert result.err.count("\n") == 1 and "Traceback" not in result.err, result.err
+    assert "blue/3.png" in result.err, result.err

@@ -5,10 +5,10 @@ only); everything that needs optuna or yaml loads on first use, so ``import dvt_
 (the trial process) imports neither.
 
 Layout: ``model`` (the dataclasses), ``source`` (YAML with line numbers, ``--set`` overrides),
-``fields`` (the field readers and error placement), ``study`` (study, storage, objective,
-tracking), ``trials`` (trials, devices, memory), ``search`` (search space and ``when``),
-``batch`` (batch size), ``trainer`` (trainer config and schema), ``load`` (:func:`load_spec`
-and the runnable checks).
+``fields`` (the field readers and error placement), ``study`` (study, storage, tracking),
+``objective`` (metric, direction rule), ``trials`` (trials, devices, memory), ``search`` (search
+space and ``when``), ``batch`` (batch size), ``trainer`` (trainer config and schema), ``load``
+(:func:`load_spec`) and ``runnable`` (what run and validate check beyond the file).
 """
 
 from __future__ import annotations

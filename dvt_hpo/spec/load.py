@@ -2,8 +2,9 @@
 
 Reads the file with line numbers, applies the overrides, reads each section group, then runs
 the cross-section checks (Optuna builds the sampler and pruner once) and, for ``run`` and
-``validate``, the runnable checks: the entry point's module is found by the one import rule of
-:mod:`dvt_hpo.import_path`, the storage driver is installed, the named GPUs exist. The first
+``validate``, the runnable checks of :mod:`dvt_hpo.spec.runnable` (the entry point's module
+found and its function defined, the storage driver, the GPUs, the built-in trainer's own
+config). The first
 problem raises :class:`~dvt_hpo.exceptions.SpecError` naming the file, the line, the dotted
 field, the rule and the value. Loading writes nothing anywhere.
 """
@@ -11,25 +12,26 @@ field, the rule and the value. Loading writes nothing anywhere.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dvt_hpo import import_path
 from dvt_hpo.exceptions import SpecError
 from dvt_hpo.hints import describe, did_you_mean
+from dvt_hpo.paths import format_path
+from dvt_hpo.spec import runnable
 from dvt_hpo.spec.batch import read_batch_size
 from dvt_hpo.spec.fields import Reader
-from dvt_hpo.spec.model import Condition, StudySpec, TrialsSpec
+from dvt_hpo.spec.model import Condition, StudySpec
+from dvt_hpo.spec.objective import read_objective
 from dvt_hpo.spec.search import read_search_space
 from dvt_hpo.spec.source import Doc, apply_override, parse_override, read_yaml
-from dvt_hpo.spec.study import check_algorithms, read_objective, read_study, read_tracking
+from dvt_hpo.spec.study import check_algorithms, read_study, read_tracking
 from dvt_hpo.spec.trainer import read_trainer
 from dvt_hpo.spec.trials import read_trials
 from dvt_hpo.storage import redact_url
 
-__all__ = ["SECTIONS", "entrypoint_origin", "load_spec", "spec_to_dict"]
+__all__ = ["SECTIONS", "load_spec", "spec_to_dict"]
 
 SECTIONS = ("study", "objective", "trials", "batch_size", "trainer", "search_space", "tracking")
 
@@ -85,9 +87,7 @@ def load_spec(
     batch_size = read_batch_size(reader, root, schema, trainer.config, dims)
     tracking = read_tracking(reader, root)
     check_algorithms(reader, study, dims)
-    if check_runnable:
-        _check_runnable(doc, absolute.parent, trainer.entrypoint, study.storage, trials)
-    return StudySpec(
+    spec = StudySpec(
         path=absolute,
         study=study,
         objective=objective,
@@ -96,60 +96,11 @@ def load_spec(
         trainer=trainer,
         search_space=dims,
         tracking=tracking,
+        locations={format_path(k): (f, line) for k, (f, line) in doc.locs.items()},
     )
-
-
-def _check_runnable(
-    doc: Doc, folder: Path, entrypoint: str, storage: str, trials: TrialsSpec
-) -> None:
-    """The entry point's module and the storage driver can be found, without importing them (a
-    user's module may import torch), and the GPUs named exist."""
-    from dvt_hpo.storage import check_storage_driver
-
-    module = entrypoint.partition(":")[0]
-    if entrypoint_origin(entrypoint, folder) is None:
-        raise doc.error(
-            ("trainer", "entrypoint"),
-            f"module {module!r} of the entry point {entrypoint!r} cannot be found: trials "
-            f"import it from the study file's folder ({folder}), then PYTHONPATH and the "
-            "installed packages, never from the working directory",
-        )
-    for i, name in enumerate(trials.preload):
-        if not import_path.find_module(name, folder):
-            raise doc.error(
-                ("trials", "preload", i),
-                f"module {name!r} cannot be found: the warm template imports it as trials "
-                f"do, from the study file's folder ({folder}), then PYTHONPATH and the "
-                "installed packages",
-            )
-    try:
-        check_storage_driver(storage)
-    except SpecError as exc:
-        raise doc.error(("study", "storage"), exc.message) from None
-    # The GPUs a study names must exist on this machine before anything is written.
-    from dvt_hpo.devices import split_devices
-
-    try:
-        split_devices(trials.devices, trials.parallel, nproc_per_node=trials.nproc_per_node)
-    except SpecError as exc:
-        raise doc.error(("trials", "devices"), exc.message) from None
-
-
-def entrypoint_origin(entrypoint: str, study_dir: Path) -> str | None:
-    """Where trials import the entry point's module from (its file), by the one rule of
-    :mod:`dvt_hpo.import_path`; ``None`` when it cannot be found. Nothing is imported but its
-    parent packages, as :func:`importlib.util.find_spec` does."""
-    module = entrypoint.partition(":")[0]
-    with import_path.study_imports(study_dir):
-        try:
-            found = importlib.util.find_spec(module)
-        except (ImportError, ValueError):
-            return None
-    if found is None:
-        return None
-    if found.origin in (None, "namespace"):
-        return ", ".join(found.submodule_search_locations or ()) or module
-    return found.origin
+    if check_runnable:
+        runnable.check_runnable(doc, spec)
+    return spec
 
 
 def _plain(value: Any) -> Any:
@@ -169,5 +120,6 @@ def _plain(value: Any) -> Any:
 def spec_to_dict(spec: StudySpec) -> dict[str, Any]:
     """A JSON-safe dict of ``spec`` (paths as strings, the storage URL's password redacted)."""
     data = _plain(spec)
+    data.pop("locations", None)
     data["study"]["storage"] = redact_url(spec.study.storage)
     return data

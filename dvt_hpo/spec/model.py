@@ -10,6 +10,7 @@ one again.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -155,3 +156,17 @@ class StudySpec:
     trainer: TrainerSpec
     search_space: tuple[Dimension, ...]
     tracking: TrackingSpec = field(default_factory=TrackingSpec)
+    # Where each field was written: {"objective.metric": (file, line)}, so a check that runs
+    # after loading (the stored study's comparison) can still name the line.
+    locations: dict[str, tuple[str, int | None]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    def locate(self, dotted: str) -> tuple[str, int | None]:
+        """The file and line of ``dotted`` (or of its nearest written ancestor)."""
+        key = dotted
+        while key not in self.locations:
+            if not key:
+                return (str(self.path), None)
+            key = re.sub(r"(?:^|\.)[^.\[\]]*$|\[\d+\]$", "", key)
+        return self.locations[key]

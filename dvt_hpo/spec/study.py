@@ -1,5 +1,5 @@
-"""Sections ``study`` (name, storage, budget, heartbeats, sampler and pruner), ``objective`` and
-``tracking``.
+"""Sections ``study`` (name, storage, budget, heartbeats, sampler and pruner) and ``tracking``
+(``objective`` is :mod:`dvt_hpo.spec.objective`).
 
 Plain fields are checked by the schema engine from :mod:`dvt_hpo.spec.model`; the code here
 checks storage URLs, the share form of ``max_failures`` and sampler/pruner arguments against
@@ -22,7 +22,6 @@ from dvt_hpo.spec.fields import Reader
 from dvt_hpo.spec.model import (
     Dimension,
     MlflowSpec,
-    ObjectiveSpec,
     PrunerSpec,
     SamplerSpec,
     StudySection,
@@ -31,7 +30,7 @@ from dvt_hpo.spec.model import (
 from dvt_hpo.spec.source import Key
 from dvt_hpo.storage import redact_url, resolve_url
 
-__all__ = ["check_algorithms", "read_objective", "read_study", "read_tracking"]
+__all__ = ["check_algorithms", "read_study", "read_tracking"]
 
 STORAGE_DIALECTS = ("sqlite", "journal", "postgresql", "mysql", "mariadb", "oracle", "mssql")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -250,18 +249,6 @@ def read_algorithm(
     if kind == "threshold" and kwargs.get("lower") is None and kwargs.get("upper") is None:
         raise r.err(kind_key, "pruner kind 'threshold' needs 'lower' or 'upper' (or both)")
     return kind, kwargs
-
-
-def read_objective(r: Reader, root: Mapping[str, Any]) -> ObjectiveSpec:
-    key: Key = ("objective",)
-    sec = r.section(ObjectiveSpec, root.get("objective"), key, "section 'objective'")
-    metric = sec.get("metric", "loss")
-    default_direction = "minimize" if "loss" in metric.lower() else "maximize"
-    return ObjectiveSpec(
-        metric=metric,
-        direction=sec.get("direction", default_direction),
-        reduce=sec.get("reduce", "best"),
-    )
 
 
 def read_tracking(r: Reader, root: Mapping[str, Any]) -> TrackingSpec:

@@ -43,6 +43,16 @@ def read_trainer(
     sec = r.section(TrainerSpec, root["trainer"], key, "section 'trainer'")
     raw = root["trainer"]  # config_file's YAML is read into it, for the overrides that follow
     entrypoint = sec.get("entrypoint", BUILTIN_ENTRYPOINT)
+    module_text, _, function = entrypoint.partition(":")
+    if module_text.endswith(".py"):
+        # A file path: trials import modules, found from the study file's folder first.
+        module = ".".join(Path(module_text[:-3]).parts)
+        raise r.err(
+            (*key, "entrypoint"),
+            f"names a file, {module_text!r}; name its module instead: write "
+            f"'{module}:{function or 'run'}' (trials import it from the study file's folder "
+            "first, then PYTHONPATH)",
+        )
     if not ENTRYPOINT_RE.match(entrypoint):
         raise r.err(
             (*key, "entrypoint"),

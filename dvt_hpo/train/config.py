@@ -22,6 +22,7 @@ from dvt_hpo.paths import set_path
 from dvt_hpo.schema import field_type_at, from_mapping, to_plain, value_fits_type
 
 __all__ = [
+    "BUILTIN_MODELS",
     "CheckpointConfig",
     "DataConfig",
     "DevicesConfig",
@@ -44,6 +45,9 @@ __all__ = [
 # "package.module.Name" or "package.module:Name"
 _TARGET_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*[.:][A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+# The builders dvt_hpo.train.models registers (kept equal by a test), named here so that the
+# orchestrator checks model.builder without importing torch.
+BUILTIN_MODELS = ("cnn", "mlp")
 
 
 def _require(ok: bool, field_name: str, message: str) -> None:
@@ -112,6 +116,8 @@ class DataConfig:
     # 8x8 and are resized only when this is set (handy to make a memory-hungry digits model).
     image_size: int | None = None
     max_samples: int | None = None  # cap on the dataset before the split, for speed
+    # imagefolder: images that cannot be opened fail the data load (listed) unless skipped.
+    skip_unreadable: bool = False
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
 
     def __post_init__(self) -> None:

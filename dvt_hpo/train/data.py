@@ -10,6 +10,10 @@ Every sample is ``(image, label)`` with ``image`` a float tensor ``(channels, si
   (uint8 scaled by 1/255, floats taken as they are) need nothing more. Channels follow the
   first image (grayscale -> 1, else RGB -> 3); everything is resized to ``image_size``
   (default 32). The validation set is ``val_root`` (same class names) or a seeded split.
+  Before training, every file's header is read: unreadable files fail the data load with
+  their list (``skip_unreadable: true`` skips them with a warning and a count), and class
+  folders without images are named in a warning (they are not classes). An image that still
+  fails to decode later raises an error naming its file.
 - ``synthetic``: seeded random images whose class sets a low-frequency mean pattern, so
   labels are learnable; generated on the fly per index, so any size costs no memory.
 """
@@ -17,6 +21,7 @@ Every sample is ``(image, label)`` with ``image`` a float tensor ``(channels, si
 from __future__ import annotations
 
 import importlib.util
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,17 +148,69 @@ class SyntheticImages(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         return self.patterns[label] + noise, label
 
 
-def _find_images(folder: Path) -> dict[str, list[Path]]:
+def _warn(message: str) -> None:
+    # The trial's stderr.log (or the terminal of `dvt-hpo train`) is where a user looks.
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def _find_images(folder: Path, field: str) -> dict[str, list[Path]]:
     if not folder.is_dir():
-        raise SpecError(f"not a folder: {str(folder)!r}", field="data.root")
+        raise SpecError(f"not a folder: {str(folder)!r}", field=field)
     classes: dict[str, list[Path]] = {}
+    empty: list[str] = []
     for class_dir in sorted(p for p in folder.iterdir() if p.is_dir()):
         files = sorted(
             p for p in class_dir.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
         )
         if files:
             classes[class_dir.name] = files
+        else:
+            empty.append(class_dir.name)
+    if empty:
+        names = ", ".join(repr(n) for n in empty)
+        noun = "class folder" if len(empty) == 1 else "class folders"
+        _warn(
+            f"{field}: {noun} {names} {'has' if len(empty) == 1 else 'have'} no images "
+            f"({', '.join(sorted(IMAGE_SUFFIXES))}) under {str(folder)!r}; not used as classes"
+        )
     return classes
+
+
+def _unreadable(path: Path) -> str | None:
+    """Why ``path`` cannot be opened as an image (its header is read, not the pixels), or
+    ``None``."""
+    try:
+        if path.suffix.lower() == ".npy":
+            array = np.load(path, mmap_mode="r")
+            if array.ndim not in (2, 3):
+                return f"an array of shape {array.shape}, expected (H, W) or (H, W, C)"
+            return None
+        with _open_pil(path):
+            return None
+    except SpecError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - every decoder error means "unreadable"
+        return f"{type(exc).__name__}: {exc}".splitlines()[0]
+
+
+def _readable(files: dict[str, list[Path]], cfg: DataConfig, field: str) -> dict[str, list[Path]]:
+    """``files`` without the unreadable ones (skipped with a warning), or an error listing them."""
+    bad = [(p, why) for paths in files.values() for p in paths if (why := _unreadable(p))]
+    if not bad:
+        return files
+    shown = "; ".join(f"{p} ({why})" for p, why in bad[:5])
+    more = f"; and {len(bad) - 5} more" if len(bad) > 5 else ""
+    plural = "s" if len(bad) != 1 else ""
+    if not cfg.skip_unreadable:
+        raise SpecError(
+            f"{len(bad)} unreadable image{plural}: {shown}{more}; fix or remove them, or set "
+            "data.skip_unreadable: true to train without them",
+            field=field,
+        )
+    _warn(f"{field}: skipped {len(bad)} unreadable image{plural}: {shown}{more}")
+    dropped = {p for p, _ in bad}
+    kept = {name: [p for p in paths if p not in dropped] for name, paths in files.items()}
+    return {name: paths for name, paths in kept.items() if paths}
 
 
 class ImageFolder(Dataset[tuple[torch.Tensor, torch.Tensor]]):
@@ -169,7 +226,13 @@ class ImageFolder(Dataset[tuple[torch.Tensor, torch.Tensor]]):
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         path, label = self.samples[index]
-        image = load_image(path, self.image_size, self.channels)
+        try:
+            image = load_image(path, self.image_size, self.channels)
+        except SpecError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a decoder error names the file, in one line
+            reason = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            raise SpecError(f"cannot read image {path}: {reason}", field="data.root") from None
         return image, torch.tensor(label, dtype=torch.int64)
 
 
@@ -225,7 +288,7 @@ def load_image(path: Path, image_size: int, channels: int) -> torch.Tensor:
 def _imagefolder(cfg: DataConfig, seed: int) -> DataBundle:
     assert cfg.root is not None  # checked by DataConfig
     root = Path(cfg.root)
-    classes = _find_images(root)
+    classes = _readable(_find_images(root, "data.root"), cfg, "data.root")
     if len(classes) < 2:
         raise SpecError(
             f"{str(root)!r} needs at least 2 class sub-folders with images "
@@ -244,7 +307,9 @@ def _imagefolder(cfg: DataConfig, seed: int) -> DataBundle:
         train: Dataset[Any] = Subset(full, train_idx)
         val: Dataset[Any] = Subset(full, val_idx)
     else:
-        val_classes = _find_images(Path(cfg.val_root))
+        val_classes = _readable(
+            _find_images(Path(cfg.val_root), "data.val_root"), cfg, "data.val_root"
+        )
         unknown = sorted(set(val_classes) - set(names))
         if unknown:
             raise SpecError(

@@ -174,3 +174,71 @@ def test_imagefolder_jpeg_rgb(tmp_path: Path) -> None:
     image, label = bundle.train[0]
     channel = 0 if bundle.class_names[int(label)] == "red" else 2
     assert float(image[channel].mean()) > 0.9
+
+
+def png_folder(root: Path, classes: dict[str, int]) -> None:
+    for name, count in classes.items():
+        (root / name).mkdir(parents=True)
+        for i in range(count):
+            _png_gray(root / name / f"{i}.png", np.full((6, 6), 10 * i))
+
+
+def test_imagefolder_warns_about_empty_class_folders(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    png_folder(tmp_path, {"a": 3, "b": 3})
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("not an image")
+
+    bundle = build_data(DataConfig(kind="imagefolder", root=str(tmp_path)), 0)
+
+    assert bundle.class_names == ("a", "b")
+    err = capsys.readouterr().err
+    assert "warning: data.root: class folder 'empty' has no images" in err, err
+    assert str(tmp_path) in err
+
+
+def test_imagefolder_names_unreadable_images_before_training(tmp_path: Path) -> None:
+    png_folder(tmp_path, {"a": 3, "b": 3})
+    (tmp_path / "a" / "bad.png").write_bytes(b"not a png at all")
+    (tmp_path / "b" / "empty.npy").write_bytes(b"")
+
+    with pytest.raises(SpecError) as info:
+        build_data(DataConfig(kind="imagefolder", root=str(tmp_path)), 0)
+
+    err = info.value
+    assert err.field == "data.root" and "\n" not in str(err), str(err)
+    assert "2 unreadable images" in err.message, err.message
+    assert str(tmp_path / "a" / "bad.png") in err.message
+    assert str(tmp_path / "b" / "empty.npy") in err.message
+    assert "data.skip_unreadable" in err.message
+
+
+def test_imagefolder_skips_unreadable_images_when_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    png_folder(tmp_path, {"a": 3, "b": 3})
+    (tmp_path / "a" / "bad.png").write_bytes(b"not a png at all")
+    cfg = DataConfig(kind="imagefolder", root=str(tmp_path), skip_unreadable=True)
+
+    bundle = build_data(cfg, 0)
+
+    assert len(bundle.train) + len(bundle.val) == 6
+    err = capsys.readouterr().err
+    assert "warning: data.root: skipped 1 unreadable image" in err and "bad.png" in err, err
+
+
+def test_imagefolder_image_that_fails_to_decode_names_its_file(tmp_path: Path) -> None:
+    png_folder(tmp_path, {"a": 2, "b": 2})
+    truncated = tmp_path / "a" / "0.png"
+    _png_gray(truncated, np.random.default_rng(0).integers(0, 256, (64, 64)))
+    good = truncated.read_bytes()
+    truncated.write_bytes(good[: len(good) // 2])  # header intact, pixel data cut
+    bundle = build_data(DataConfig(kind="imagefolder", root=str(tmp_path), val_fraction=0.5), 0)
+
+    with pytest.raises(SpecError) as info:
+        for split in (bundle.train, bundle.val):
+            for i in range(len(split)):
+                split[i]
+
+    assert str(truncated) in info.value.message and info.value.field == "data.root", info.value

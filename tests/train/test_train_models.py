@@ -77,3 +77,12 @@ def test_registered_and_importable_builders() -> None:
         register_model("test-linear")(lambda in_shape, num_classes: nn.Identity())
     imported = build_model(ModelConfig(f"{__name__}:linear_builder"), (1, 2, 2), 3)
     assert imported(torch.rand(1, 1, 2, 2)).shape == (1, 3)
+
+
+def test_builtin_model_names_are_the_registered_ones() -> None:
+    """The orchestrator checks model.builder against BUILTIN_MODELS without importing torch."""
+    from dvt_hpo.train import models
+    from dvt_hpo.train.config import BUILTIN_MODELS
+
+    own = [name for name, b in models._REGISTRY.items() if b.__module__ == models.__name__]
+    assert sorted(own) == sorted(BUILTIN_MODELS)

@@ -1,0 +1,167 @@
+"""Section ``objective``: the metric, its direction and how a trial's history is reduced.
+
+The direction is inferred only from names whose meaning is not in doubt. A wrong guess is the
+worst failure of an HPO tool: ``val_mse`` maximized makes the worst trial "best", and a stored
+study's direction cannot be changed afterwards. So the rule (:func:`infer_direction`) refuses
+rather than guesses, and the loader then asks for ``objective.direction``.
+
+The rule, on the lower-cased name split into words at any character that is not a letter or a
+digit (``valid/f1/macro`` -> ``valid f1 macro``; ``valLoss`` is split at the case change when
+the whole word is unknown):
+
+1. qualifiers are set aside: split prefixes and suffixes (``val``, ``valid``, ``test``, ``train``,
+   ``eval``), aggregations (``mean``, ``macro``, ``top1``, ``at``, numbers) and ``score``/``rate``;
+2. the last remaining word is the head and must be a word of known direction (``loss``,
+   ``mse``, ``accuracy``, ``f1``, ...); words before it may narrow it (``box_loss``,
+   ``balanced_accuracy``) but not point the other way (``time_to_accuracy``);
+3. words that turn a quantity around (``neg``, ``drop``, ``gap``, ``ratio``, ``delta``, ...)
+   refuse wherever they are (``loss_ratio``, ``drop_in_accuracy``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from dvt_hpo.spec.fields import Reader
+from dvt_hpo.spec.model import ObjectiveSpec
+from dvt_hpo.spec.source import Key
+
+__all__ = [
+    "MAXIMIZE_WORDS",
+    "MINIMIZE_WORDS",
+    "Inference",
+    "describe_objective",
+    "infer_direction",
+    "read_objective",
+]
+
+Direction = Literal["minimize", "maximize"]
+
+# fmt: off
+MINIMIZE_WORDS = frozenset(
+    {
+        "loss", "losses", "error", "errors", "err", "mse", "mae", "rmse", "msle", "rmsle",
+        "mape", "smape", "nll", "ce", "bce", "crossentropy", "xent", "perplexity", "ppl",
+        "wer", "cer", "ter", "eer", "fid", "kid", "latency", "time", "duration", "runtime",
+        "seconds", "second", "rank", "regret", "distortion",
+    }
+)
+MAXIMIZE_WORDS = frozenset(
+    {
+        "accuracy", "acc", "f1", "fscore", "fbeta", "precision", "recall", "auc", "auroc",
+        "auprc", "ap", "map", "iou", "miou", "dice", "bleu", "rouge", "rougel", "meteor",
+        "chrf", "r2", "psnr", "ssim", "msssim", "ndcg", "mrr", "hits", "kappa", "mcc",
+        "jaccard", "sensitivity", "specificity", "tpr", "reward", "return", "throughput",
+    }
+)
+# Words that never change the direction of the word they qualify.
+QUALIFIERS = frozenset(
+    {
+        "val", "valid", "validation", "test", "train", "training", "eval", "evaluation", "dev",
+        "holdout", "mean", "avg", "average", "macro", "micro", "weighted", "overall", "global",
+        "total", "sum", "top", "at", "k", "per", "class", "epoch", "step", "best", "final",
+        "last", "score", "rate", "metric", "value", "objective",
+    }
+)
+# Words that turn a quantity around or make it relative: their direction is not the head's.
+REVERSING = frozenset(
+    {
+        "neg", "negative", "minus", "inv", "inverse", "reciprocal", "drop", "gap", "delta",
+        "diff", "difference", "change", "gain", "improvement", "reduction", "decrease",
+        "increase", "ratio", "relative", "std", "var", "variance", "deviation",
+    }
+)
+# fmt: on
+# Two-word names whose second word alone is not a metric.
+_PHRASES = {("cross", "entropy"): "crossentropy", ("f", "score"): "fscore"}
+
+_WORD_RE = re.compile(r"[a-z0-9]+")
+_CAMEL_RE = re.compile(r"[A-Z]+[a-z0-9]*|[a-z0-9]+")
+
+
+@dataclass(frozen=True)
+class Inference:
+    """The direction the rule infers for a metric name, or why it cannot."""
+
+    direction: Direction | None
+    reason: str  # why (used in the refusal message)
+
+
+def _words(metric: str) -> list[str]:
+    known = MINIMIZE_WORDS | MAXIMIZE_WORDS | QUALIFIERS | REVERSING
+    words: list[str] = []
+    for raw in re.split(r"[^A-Za-z0-9]+", metric):
+        if not raw:
+            continue
+        if raw.lower() in known or raw.lower().isdigit():
+            words.append(raw.lower())
+        else:
+            words.extend(part.lower() for part in _CAMEL_RE.findall(raw))
+    merged: list[str] = []
+    for word in words:
+        if merged and (merged[-1], word) in _PHRASES:
+            merged[-1] = _PHRASES[(merged[-1], word)]
+        else:
+            merged.append(word)
+    return merged
+
+
+def _direction_of(word: str) -> Direction | None:
+    for candidate in (word, word.rstrip("0123456789")):
+        if candidate in MINIMIZE_WORDS:
+            return "minimize"
+        if candidate in MAXIMIZE_WORDS:
+            return "maximize"
+    return None
+
+
+def _is_qualifier(word: str) -> bool:
+    return word.isdigit() or word.rstrip("0123456789") in QUALIFIERS
+
+
+def infer_direction(metric: str) -> Inference:
+    """The direction of ``metric`` when its name leaves no doubt (see the module's rule)."""
+    words = _words(metric)
+    reversing = [w for w in words if w in REVERSING]
+    if reversing:
+        return Inference(None, f"{reversing[0]!r} may turn the quantity around")
+    content = [w for w in words if not _is_qualifier(w)]
+    if not content:
+        return Inference(None, "no word of its name has a known direction")
+    head = content[-1]
+    direction = _direction_of(head)
+    if direction is None:
+        return Inference(None, f"its last word {head!r} has no known direction")
+    for word in content[:-1]:
+        other = _direction_of(word)
+        if other is not None and other != direction:
+            return Inference(None, f"{word!r} points to {other} but {head!r} to {direction}")
+    better = "lower" if direction == "minimize" else "higher"
+    return Inference(direction, f"{head!r}: {better} is better")
+
+
+def describe_objective(objective: ObjectiveSpec) -> str:
+    """The objective as the start line of a run shows it: ``maximize macro_f1 (best of epochs)``."""
+    reduce = "best of epochs" if objective.reduce == "best" else "last epoch"
+    return f"{objective.direction} {objective.metric} ({reduce})"
+
+
+def read_objective(r: Reader, root: Mapping[str, Any]) -> ObjectiveSpec:
+    key: Key = ("objective",)
+    sec = r.section(ObjectiveSpec, root.get("objective"), key, "section 'objective'")
+    metric = sec.get("metric", "loss")
+    direction = sec.get("direction")
+    if direction is None:
+        inferred = infer_direction(metric)
+        if inferred.direction is None:
+            raise r.err(
+                (*key, "metric"),
+                f"cannot tell whether {metric!r} is to be minimized or maximized "
+                f"({inferred.reason}); set objective.direction: minimize or maximize (a stored "
+                "study's direction cannot be changed later)",
+            )
+        direction = inferred.direction
+    return ObjectiveSpec(metric=metric, direction=direction, reduce=sec.get("reduce", "best"))
