@@ -65,6 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="accept a search space that differs from the one stored in the study",
     )
+    run.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=1,
+        metavar="K",
+        help="run K orchestrators of this study on this machine, the devices split among them",
+    )
 
     validate = sub.add_parser("validate", help="check a study.yaml without running anything")
     validate.add_argument("study", type=Path)
@@ -111,6 +118,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
+    return value
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from dvt_hpo.compat import check_stored_study
     from dvt_hpo.spec import load_spec
@@ -119,6 +136,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     spec = load_spec(args.study, args.overrides, check_runnable=True)
     # Before the storage is opened for writing: a refused run writes nothing.
     check_stored_study(spec, allow_space_change=args.allow_space_change)
+    if args.workers > 1:
+        from dvt_hpo.workers import run_workers
+
+        return run_workers(
+            spec, args.overrides, args.workers, allow_space_change=args.allow_space_change
+        )
     StudyRunner(spec, allow_space_change=args.allow_space_change).run()
     return EXIT_OK
 

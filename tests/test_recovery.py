@@ -106,9 +106,9 @@ class Orchestrator:
     """One ``dvt-hpo run`` subprocess in a session of its own (like a shell's foreground job);
     a thread collects its output lines, so a test can await one."""
 
-    def __init__(self, study: Path) -> None:
+    def __init__(self, study: Path, *args: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "dvt_hpo", "run", str(study)],
+            [sys.executable, "-m", "dvt_hpo", "run", str(study), *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

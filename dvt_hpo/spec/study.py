@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dvt_hpo import optuna_factory, space
+from dvt_hpo.exceptions import SpecError
 from dvt_hpo.hints import describe, did_you_mean
 from dvt_hpo.optuna_factory import build_pruner, build_sampler
 from dvt_hpo.spec.fields import Reader
@@ -28,7 +29,7 @@ from dvt_hpo.spec.model import (
     TrackingSpec,
 )
 from dvt_hpo.spec.source import Key
-from dvt_hpo.storage import redact_url, resolve_url
+from dvt_hpo.storage_urls import expand_env, redact_url, resolve_url
 
 __all__ = ["check_algorithms", "read_study", "read_tracking"]
 
@@ -114,6 +115,7 @@ def read_storage(r: Reader, sec: Mapping[str, Any], key: Key, name: str) -> str:
     )
     if not isinstance(value, str):
         raise r.err(fkey, f"must be a storage URL such as {examples}, got {describe(value)}")
+    value = _expanded(r, fkey, value)
     shown = redact_url(value)
     match = _URL_RE.match(value.strip())
     if match is None:
@@ -141,6 +143,15 @@ def read_storage(r: Reader, sec: Mapping[str, Any], key: Key, name: str) -> str:
     if not match["rest"]:
         raise r.err(fkey, f"a {dialect} URL needs a host and a database, got {shown!r}")
     return value
+
+
+def _expanded(r: Reader, fkey: Key, value: str) -> str:
+    """``${VAR}`` and ``${VAR:-default}`` from the environment, so secrets stay out of study
+    files (the expanded value is never shown: messages redact its password)."""
+    try:
+        return expand_env(value)
+    except SpecError as exc:
+        raise r.err(fkey, exc.message) from None
 
 
 def read_max_failures(
@@ -260,6 +271,7 @@ def read_tracking(r: Reader, root: Mapping[str, Any]) -> TrackingSpec:
     mlflow = r.section(MlflowSpec, sec["mlflow"], mkey, "tracking.mlflow")
     uri = mlflow.get("tracking_uri")
     if uri is not None:
+        uri = _expanded(r, (*mkey, "tracking_uri"), uri)
         if uri.startswith("sqlite:///"):
             uri = resolve_url(uri, r.dir)
         elif "://" not in uri and not uri.startswith("file:"):

@@ -222,3 +222,27 @@ def test_bad_study_objective_tracking(
     absent: Any,
 ) -> None:
     check_bad(write, text, overrides, file, line, field, contains, absent)
+
+
+def test_storage_and_tracking_uri_expand_environment_variables(
+    write_study, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dvt_hpo.exceptions import SpecError
+    from dvt_hpo.spec import load_spec, spec_to_dict
+    from tests.conftest import toy_study
+
+    doc = toy_study(
+        "env-study",
+        study={"storage": "${DVT_TEST_DB_URL}"},
+        tracking={"mlflow": {"tracking_uri": "${DVT_TEST_MLFLOW:-sqlite:///mlflow.db}"}},
+    )
+    path = write_study(doc)
+    monkeypatch.delenv("DVT_TEST_DB_URL", raising=False)
+    with pytest.raises(SpecError, match=r"DVT_TEST_DB_URL is not set") as info:
+        load_spec(path)
+    assert info.value.field == "study.storage" and info.value.line is not None
+    monkeypatch.setenv("DVT_TEST_DB_URL", "postgresql://hpo:s3cret@db.example/hpo")
+    spec = load_spec(path)
+    assert spec.study.storage == "postgresql://hpo:s3cret@db.example/hpo"
+    assert spec.tracking.mlflow.tracking_uri == f"sqlite:///{path.parent.resolve() / 'mlflow.db'}"
+    assert "s3cret" not in str(spec_to_dict(spec))

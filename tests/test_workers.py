@@ -1,0 +1,79 @@
+"""``dvt-hpo run --workers K``: K local orchestrators on one study."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import optuna
+import pytest
+
+from dvt_hpo.spec import load_spec
+from dvt_hpo.workers import worker_command, worker_slots
+from tests.conftest import toy_study
+from tests.test_recovery import Orchestrator, load_trials, states
+
+
+def test_devices_are_dealt_out_in_blocks(write_study: Callable[..., Path]) -> None:
+    spec = load_spec(write_study(toy_study("w", trials={"devices": "auto", "parallel": 2})))
+    blocks = worker_slots(spec, 2, gpus=["0", "1", "2", "3"])
+    assert [[s.gpus for s in block] for block in blocks] == [[("0",), ("1",)], [("2",), ("3",)]]
+    argv, env = worker_command(spec.path, ["study.n_trials=4"], blocks[1], False)
+    assert env["CUDA_VISIBLE_DEVICES"] == "2,3"
+    assert argv[-4:] == ["--set", "study.n_trials=4", "--set", "trials.devices=auto"]
+
+
+def test_cpu_threads_are_shared_among_workers(
+    write_study: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    spec = load_spec(write_study(toy_study("w", trials={"devices": "cpu"})))
+    (block,), (other,) = worker_slots(spec, 2, gpus=[])
+    _, env = worker_command(spec.path, [], [block], False)
+    assert env["OMP_NUM_THREADS"] == str(max(1, (os.cpu_count() or 1) // 2))
+    assert env.get("CUDA_VISIBLE_DEVICES") == os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+@pytest.mark.processes
+def test_two_workers_share_the_budget_exactly(
+    write_study: Callable[..., Path], unique_name: str
+) -> None:
+    doc = toy_study(unique_name, study={"n_trials": 6})
+    study = write_study(doc)
+    code, out = Orchestrator(study, "--workers", "2").finish()
+    assert code == 0, out
+    trials = load_trials(study)
+    assert sorted(s for _, s in states(trials)).count("COMPLETE") == 6, out
+    assert "[w1]" in out and "[w2]" in out
+
+
+@pytest.mark.processes
+def test_ctrl_c_stops_every_worker_and_records_their_trials_for_retry(
+    write_study: Callable[..., Path], unique_name: str
+) -> None:
+    doc = toy_study(unique_name, study={"n_trials": 4})
+    doc["trainer"]["config"]["actions"] = [{"do": "sleep", "seconds": 120}]
+    study = write_study(doc)
+    run = Orchestrator(study, "--workers", "2")
+    spec = load_spec(study)
+    deadline = time.monotonic() + 60
+    running: list[optuna.trial.FrozenTrial] = []
+    while time.monotonic() < deadline and len(running) < 2:
+        time.sleep(0.2)  # the trials' state lives in the database: poll it
+        try:
+            loaded = optuna.load_study(study_name=unique_name, storage=spec.study.storage)
+        except KeyError:
+            continue
+        running = loaded.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+    assert len(running) == 2, run.output()
+    os.killpg(run.proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole foreground group
+    code, out = run.finish()
+    assert code == 130, out
+    trials = load_trials(study)
+    assert sorted(s for _, s in states(trials)) == ["FAIL", "FAIL", "WAITING", "WAITING"], out
+    assert all(
+        t.user_attrs.get("status") == "interrupted" for t in trials if t.state.name == "FAIL"
+    )
