@@ -18,7 +18,7 @@ from typing import Any
 import optuna
 import pytest
 
-from dvt_hpo import launch
+from dvt_hpo import process_tree
 from dvt_hpo.storage import open_existing
 from tests.conftest import REPO_ROOT, toy_study
 from tests.storage_suite.gated import run_gated
@@ -137,7 +137,7 @@ def test_a_killed_workers_trial_is_retried_by_a_running_worker(
     assert f"trial {retry.number:>3} COMPLETE" in out
     assert len(counted(trials)) == 2
     # A's trial died with A (its control socket closed): nothing is left behind.
-    assert launch.wait_gone(processes_mentioning(runs_dir), 10)
+    assert process_tree.wait_gone(processes_mentioning(runs_dir), 10)
 
 
 @pytest.mark.parametrize("attempt", range(len(RACE_ATTEMPTS)))
