@@ -148,7 +148,7 @@ def check_stored_study(
     from dvt_hpo.storage import redact_url
     from dvt_hpo.stored_study import read_stored_study
 
-    stored = read_stored_study(spec.study.storage, spec.study.name)
+    stored = read_stored_study(spec.study.storage, spec.study.name, source=spec.path)
     if stored is None:
         return None, None
     comparison = compare(spec, stored, allow_space_change=allow_space_change)

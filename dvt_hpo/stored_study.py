@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from dvt_hpo.exceptions import DvtHpoError
-from dvt_hpo.storage import journal_path, redact_url, sqlite_path, storage_kind
+from dvt_hpo.storage import journal_path, sqlite_path, storage_kind
+from dvt_hpo.storage_errors import storage_error
 
 __all__ = ["StoredStudy", "read_stored_study"]
 
@@ -44,10 +45,13 @@ class StoredStudy:
         )
 
 
-def read_stored_study(url: str, name: str) -> StoredStudy | None:
+def read_stored_study(
+    url: str, name: str, *, source: str | Path | None = None
+) -> StoredStudy | None:
     """The study ``name`` at ``url``, or ``None`` when there is none (nothing is created).
 
-    Raises :class:`DvtHpoError` (one line, password redacted) when the database cannot be read.
+    Raises :class:`~dvt_hpo.storage_errors.StorageError` (one line naming ``study.storage``,
+    password redacted, what to check) when the database cannot be read.
     """
     kind = storage_kind(url)
     try:
@@ -64,11 +68,7 @@ def read_stored_study(url: str, name: str) -> StoredStudy | None:
     except DvtHpoError:
         raise
     except Exception as exc:  # noqa: BLE001 - any driver or schema error is one line here
-        first = (str(exc).strip().splitlines() or [""])[0]
-        raise DvtHpoError(
-            f"cannot read the study database {redact_url(url)}: {type(exc).__name__}: "
-            f"{redact_url(first)}"
-        ) from None
+        raise storage_error(exc, url, source=source) from None
 
 
 def _read(storage: Any, name: str) -> StoredStudy | None:

@@ -216,7 +216,7 @@ def test_a_changed_search_space_is_refused_unless_allowed(
     doc["study"]["n_trials"] = 1
     path = write_study(doc)
     run(path)
-    with pytest.raises(SpecError, match=r"search space differs.*x") as info:
+    with pytest.raises(SpecError, match=r"differs from the study.*search_space.*x") as info:
         run(path, "search_space[0].high=5.0", "study.n_trials=2")
     assert "--allow-space-change" in str(info.value)
     spec = load_spec(path, ["search_space[0].high=5.0", "study.n_trials=2"])
