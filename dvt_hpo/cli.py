@@ -44,6 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="accept a search space that differs from the one stored in the study",
     )
+    run.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="run each failed trial's params once more (counted within study.n_trials)",
+    )
 
     validate = sub.add_parser("validate", help="check a study.yaml without running anything")
     validate.add_argument("study", type=Path)
@@ -70,7 +75,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from dvt_hpo.study_loop import StudyRunner
 
     spec = load_spec(args.study, args.overrides, check_runnable=True)
-    StudyRunner(spec, allow_space_change=args.allow_space_change).run()
+    StudyRunner(
+        spec, allow_space_change=args.allow_space_change, retry_failed=args.retry_failed
+    ).run()
     return EXIT_OK
 
 
@@ -95,20 +102,27 @@ def _cmd_best(args: argparse.Namespace) -> int:
     import optuna
     import yaml
 
+    from dvt_hpo.atomic import write_text_atomic
     from dvt_hpo.best import best_config
     from dvt_hpo.spec import load_spec
     from dvt_hpo.storage import journal_path, open_storage, redact_url, sqlite_path
 
     spec = load_spec(args.study, args.overrides)
+    if args.export is not None and not args.export.parent.is_dir():
+        # Checked before the storage is opened: bad input writes nothing anywhere.
+        raise SpecError(
+            f"folder {str(args.export.parent)!r} does not exist (or is not a folder); "
+            "create it first",
+            field="--export",
+        )
     # Opening a missing SQLite file or journal would create it.
     db = sqlite_path(spec.study.storage) or journal_path(spec.study.storage)
     if db is not None and not db.exists():
         raise DvtHpoError(f"no study yet: {db} does not exist; run `dvt-hpo run {args.study}`")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = open_storage(spec.study.storage)
     try:
-        study = optuna.load_study(
-            study_name=spec.study.name, storage=open_storage(spec.study.storage)
-        )
+        study = optuna.load_study(study_name=spec.study.name, storage=storage)
     except KeyError:
         raise DvtHpoError(
             f"study {spec.study.name!r} is not in {redact_url(spec.study.storage)}"
@@ -123,9 +137,17 @@ def _cmd_best(args: argparse.Namespace) -> int:
     if "batch_size" in best.user_attrs:
         print(f"  batch size found: {best.user_attrs['batch_size']}")
     if args.export is not None:
-        config = best_config(spec, study)
-        args.export.write_text(yaml.safe_dump(config, sort_keys=False))
+        config, as_ran = best_config(spec, study, storage)
+        try:
+            write_text_atomic(args.export, yaml.safe_dump(config, sort_keys=False))
+        except OSError as exc:
+            raise DvtHpoError(f"cannot write --export {args.export}: {exc.strerror}") from None
         print(f"wrote {args.export}")
+        if not as_ran:
+            print(
+                f"note: trial {best.number} ran before dvt-hpo stored trial configs: its config "
+                "is rebuilt from today's study file and --set overrides"
+            )
     return EXIT_OK
 
 
@@ -155,8 +177,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("interrupted: rerun the same command to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
     except DvtHpoError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_one_line(str(exc))}", file=sys.stderr)
         return EXIT_FAILURE
+    except Exception as exc:  # noqa: BLE001 - a runtime failure is one line, never a traceback
+        print(f"error: {type(exc).__name__}: {_one_line(str(exc))}", file=sys.stderr)
+        return EXIT_FAILURE
+
+
+def _one_line(message: str) -> str:
+    """A runtime error as one line: whitespace folded, URLs' passwords redacted, bounded."""
+    import re
+
+    from dvt_hpo.storage import redact_url
+
+    message = " ".join(message.split())
+    message = re.sub(r"[A-Za-z][\w+.\-]*://\S+", lambda m: redact_url(m.group(0)), message)
+    return message if len(message) <= 1000 else message[:1000] + " ..."
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -126,6 +126,10 @@ def _check_runnable(
         check_storage_driver(storage)
     except SpecError as exc:
         raise doc.error(("study", "storage"), exc.message) from None
+    from dvt_hpo.study_setup import runs_dir_problem
+
+    if (problem := runs_dir_problem(trials.runs_dir)) is not None:
+        raise doc.error(("trials", "runs_dir"), f"{problem}; it must be a writable folder")
     # The GPUs a study names must exist on this machine before anything is written.
     from dvt_hpo.devices import split_devices
 

@@ -1,0 +1,95 @@
+"""The lines a run prints about itself that need more than a format string: the objective,
+the dashboard command, the trials a resumed run waits on, how to rerun failed trials.
+
+Pure functions of their arguments (no storage access), so each wording is tested directly.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shlex
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dvt_hpo.storage import journal_path, redact_url, storage_kind
+
+if TYPE_CHECKING:
+    from dvt_hpo.spec import ObjectiveSpec
+
+
+def objective_text(objective: ObjectiveSpec) -> str:
+    """``maximize macro_f1 (best)``: the direction always shown, as the start line does."""
+    try:
+        from dvt_hpo.spec import describe_objective  # type: ignore[attr-defined]
+    except ImportError:  # the spec package's own wording, once it has one
+        return f"{objective.direction} {objective.metric} ({objective.reduce})"
+    return str(describe_objective(objective))
+
+
+def dashboard_available() -> bool:
+    return importlib.util.find_spec("optuna_dashboard") is not None
+
+
+def dashboard_hint(url: str, *, installed: bool | None = None) -> str:
+    """How to watch the study: an ``optuna-dashboard`` command that works when pasted (journal
+    files as the plain path optuna-dashboard expects; no ``***``: a password is left out and
+    said how to pass), or how to install optuna-dashboard."""
+    if not (dashboard_available() if installed is None else installed):
+        return "watch it in a browser: pip install 'dvt-hpo[dashboard]' (optuna-dashboard)"
+    journal = journal_path(url)
+    if journal is not None:
+        return f"watch it: optuna-dashboard {shlex.quote(str(journal))}"
+    redacted = redact_url(url)
+    if redacted == url:
+        return f"watch it: optuna-dashboard {shlex.quote(url)}"
+    without = redacted.replace(":***@", "@", 1)
+    if storage_kind(url) == "postgresql" and "***" not in without:
+        how = "set PGPASSWORD (or use ~/.pgpass) in the shell that runs it"
+    else:
+        how = "put it back in the URL"
+    return (
+        f"watch it: optuna-dashboard {shlex.quote(without)}  "
+        f"(the storage password is not shown: {how})"
+    )
+
+
+def waiting_line(
+    numbers: Sequence[int],
+    ages: Mapping[int, float],
+    *,
+    grace_period_s: float,
+    heartbeat_interval_s: float,
+) -> str:
+    """Which RUNNING trials of another (or a dead) orchestrator a run waits on, their
+    heartbeat ages and the longest wait before the stale rule retries them here."""
+    parts = [
+        f"trial {n} (last heartbeat {ages[n]:.0f} s ago)" if n in ages else f"trial {n}"
+        for n in numbers
+    ]
+    # A trial without a known age may have beaten just now: a whole grace period then.
+    known = [grace_period_s - ages[n] for n in numbers if n in ages]
+    longest = max(0.0, max(known) if len(known) == len(numbers) else grace_period_s)
+    return (
+        f"waiting for {len(numbers)} RUNNING trial(s) of another or a dead orchestrator: "
+        + ", ".join(parts)
+        + f". A trial whose heartbeat is older than study.grace_period_s={grace_period_s:g} s "
+        f"is failed and retried here: at most about {longest + heartbeat_interval_s:.0f} s "
+        "if their orchestrator is dead; as long as they run if it is alive"
+    )
+
+
+def retry_hint(failed: Sequence[int], study_file: Path) -> str:
+    return (
+        f"{len(failed)} failed trial(s) can run again with their params (counted within "
+        f"study.n_trials): dvt-hpo run {shlex.quote(str(study_file))} --retry-failed"
+    )
+
+
+__all__ = [
+    "dashboard_available",
+    "dashboard_hint",
+    "objective_text",
+    "retry_hint",
+    "waiting_line",
+]
