@@ -5,20 +5,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dvt_hpo import space
-from dvt_hpo.trial_config import absolute_paths, ran_config
+from dvt_hpo.trial_config import absolute_paths, has_path, ran_config
 
 if TYPE_CHECKING:
     import optuna
 
     from dvt_hpo.spec import StudySpec
-
-
-def _has_path(config: Any, path: str) -> bool:
-    try:
-        space.get_path(config, path)
-    except (KeyError, IndexError, AttributeError, TypeError):
-        return False
-    return True
 
 
 def best_config(spec: StudySpec, study: optuna.Study, storage: Any) -> tuple[dict[str, Any], bool]:
@@ -41,9 +33,9 @@ def best_config(spec: StudySpec, study: optuna.Study, storage: Any) -> tuple[dic
     if isinstance(bs, int) and not isinstance(bs, bool) and spec.batch_size.auto:
         space.set_path(config, spec.batch_size.path, bs, create=True)
         acc = best.user_attrs.get("accumulate_steps")
-        if isinstance(acc, int) and _has_path(config, spec.batch_size.accumulate_path):
+        if isinstance(acc, int) and has_path(config, spec.batch_size.accumulate_path):
             space.set_path(config, spec.batch_size.accumulate_path, acc)
-    if _has_path(config, "checkpoint.enable_checkpointing"):
+    if has_path(config, "checkpoint.enable_checkpointing"):
         space.set_path(config, "checkpoint.enable_checkpointing", True)
     return config, stored is not None
 

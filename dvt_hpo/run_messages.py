@@ -10,12 +10,15 @@ import importlib.util
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.storage import journal_path, redact_url, storage_kind
 
 if TYPE_CHECKING:
+    import optuna
+
     from dvt_hpo.spec import ObjectiveSpec
+    from dvt_hpo.trial_run import TrialOutcome
 
 
 def objective_text(objective: ObjectiveSpec) -> str:
@@ -79,6 +82,53 @@ def waiting_line(
     )
 
 
+def fmt_params(params: Mapping[str, Any]) -> str:
+    return " ".join(
+        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items()
+    )
+
+
+def trial_line(outcome: TrialOutcome, metric: str) -> str:
+    value = f"{metric}={outcome.value:.4f}" if outcome.value is not None else ""
+    extra = f" batch={outcome.batch_size}" if outcome.batch_size else ""
+    reason = f" reason: {outcome.reason}" if outcome.reason else ""
+    return (
+        f"trial {outcome.number:>3} {outcome.state:<8} {value:<18} "
+        f"{outcome.duration_s:6.1f}s  {fmt_params(outcome.params)}{extra}{reason}"
+    )
+
+
+def summary_lines(
+    trials: Sequence[optuna.trial.FrozenTrial],
+    best: optuna.trial.FrozenTrial | None,
+    metric: str,
+    study_file: Path,
+) -> list[str]:
+    """The run's closing lines: trials by state, how to rerun failed ones, the best."""
+    from dvt_hpo import recovery
+
+    counts: dict[str, int] = {}
+    counted = recovery.counted_numbers(list(trials))
+    for t in trials:
+        if t.system_attrs.get(recovery.OVER_BUDGET_ATTR):
+            state = "over budget (not counted)"
+        elif t.number not in counted:
+            state = "failed and retried"
+        else:
+            state = t.state.name.lower()
+        counts[state] = counts.get(state, 0) + 1
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    lines = [f"trials: {summary or 'none'}"]
+    failed = recovery.failed_not_retried(list(trials))
+    if failed:
+        lines.append(retry_hint(failed, study_file))
+    if best is not None:
+        lines.append(
+            f"best trial {best.number}: {metric}={best.value:.4f}  {fmt_params(best.params)}"
+        )
+    return lines
+
+
 def retry_hint(failed: Sequence[int], study_file: Path) -> str:
     return (
         f"{len(failed)} failed trial(s) can run again with their params (counted within "
@@ -89,7 +139,10 @@ def retry_hint(failed: Sequence[int], study_file: Path) -> str:
 __all__ = [
     "dashboard_available",
     "dashboard_hint",
+    "fmt_params",
     "objective_text",
     "retry_hint",
+    "summary_lines",
+    "trial_line",
     "waiting_line",
 ]

@@ -14,7 +14,7 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dvt_hpo import devices, launch, recovery, run_messages, space, stop_rules, trial_config
@@ -45,12 +45,6 @@ _log = logging.getLogger(__name__)
 
 class StudyStopped(DvtHpoError):
     """The study stopped itself (e.g. ``study.max_failures`` reached): exit code 1."""
-
-
-def _fmt_params(params: Mapping[str, Any]) -> str:
-    return " ".join(
-        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items()
-    )
 
 
 class StudyRunner:
@@ -374,14 +368,7 @@ class StudyRunner:
                 self.study.tell(trial, state=_state("FAIL"))
                 return False
             params = space.sample(trial, spec.search_space)
-        config = space.apply(spec.trainer.config, spec.search_space, params)
-        if spec.trainer.entrypoint == BUILTIN_ENTRYPOINT:
-            config.setdefault("checkpoint", {})["enable_checkpointing"] = False
-            config["output_dir"] = str(
-                spec.trials.runs_dir / f"trial-{trial.number:04d}" / "output"
-            )
-        elif _has_path(config, "checkpoint.enable_checkpointing"):
-            space.set_path(config, "checkpoint.enable_checkpointing", False)
+        config = trial_config.trial_run_config(spec, params, trial.number)
         run = TrialRun(self, trial, params, config, slot)
         attrs = self.observers.trial_started(
             TrialStarted(trial.number, trial_id, params, retried, time.time())
@@ -429,14 +416,7 @@ class StudyRunner:
 
     def _record(self, outcome: TrialOutcome) -> None:
         self.outcomes.append(outcome)
-        metric = self.spec.objective.metric
-        value = f"{metric}={outcome.value:.4f}" if outcome.value is not None else ""
-        extra = f" batch={outcome.batch_size}" if outcome.batch_size else ""
-        reason = f" reason: {outcome.reason}" if outcome.reason else ""
-        self.out(
-            f"trial {outcome.number:>3} {outcome.state:<8} {value:<18} "
-            f"{outcome.duration_s:6.1f}s  {_fmt_params(outcome.params)}{extra}{reason}"
-        )
+        self.out(run_messages.trial_line(outcome, self.spec.objective.metric))
         self.observers.trial_finished(
             TrialFinished(
                 number=outcome.number,
@@ -468,41 +448,17 @@ class StudyRunner:
 
     def print_summary(self) -> None:
         trials = self.study.get_trials(deepcopy=False)
-        counts: dict[str, int] = {}
-        counted = recovery.counted_numbers(trials)
-        for t in trials:
-            if t.system_attrs.get(recovery.OVER_BUDGET_ATTR):
-                state = "over budget (not counted)"
-            elif t.number not in counted:
-                state = "failed and retried"
-            else:
-                state = t.state.name.lower()
-            counts[state] = counts.get(state, 0) + 1
-        summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-        self.out(f"trials: {summary or 'none'}")
-        failed = recovery.failed_not_retried(trials)
-        if failed:
-            self.out(run_messages.retry_hint(failed, self.spec.path))
-        if any(t.state.name == "COMPLETE" for t in trials):
-            best = self.study.best_trial
-            self.out(
-                f"best trial {best.number}: {self.spec.objective.metric}={best.value:.4f}  "
-                f"{_fmt_params(best.params)}"
-            )
+        best = self.study.best_trial if any(t.state.name == "COMPLETE" for t in trials) else None
+        for line in run_messages.summary_lines(
+            trials, best, self.spec.objective.metric, self.spec.path
+        ):
+            self.out(line)
 
 
 def _state(name: str) -> Any:
     from optuna.trial import TrialState
 
     return TrialState[name]
-
-
-def _has_path(config: Any, path: str) -> bool:
-    try:
-        space.get_path(config, path)
-    except (KeyError, IndexError, AttributeError, TypeError):
-        return False
-    return True
 
 
 def _install_stop_signals() -> dict[int, Any]:

@@ -57,6 +57,28 @@ def store_base(storage: Any, study_id: int, spec: StudySpec) -> str:
     return key
 
 
+def has_path(config: Any, path: str) -> bool:
+    try:
+        space.get_path(config, path)
+    except (KeyError, IndexError, AttributeError, TypeError):
+        return False
+    return True
+
+
+def trial_run_config(spec: StudySpec, params: Mapping[str, Any], number: int) -> dict[str, Any]:
+    """The config a trial process gets: the params at their paths and checkpointing off (HPO
+    trials must not fill disks); the built-in trainer writes under the trial's folder."""
+    from dvt_hpo.spec import BUILTIN_ENTRYPOINT
+
+    config = space.apply(spec.trainer.config, spec.search_space, params)
+    if spec.trainer.entrypoint == BUILTIN_ENTRYPOINT:
+        config.setdefault("checkpoint", {})["enable_checkpointing"] = False
+        config["output_dir"] = str(spec.trials.runs_dir / f"trial-{number:04d}" / "output")
+    elif has_path(config, "checkpoint.enable_checkpointing"):
+        space.set_path(config, "checkpoint.enable_checkpointing", False)
+    return config
+
+
 def ran_config(
     storage: Any, study_id: int, trial: optuna.trial.FrozenTrial
 ) -> dict[str, Any] | None:
@@ -80,10 +102,9 @@ def absolute_paths(config: dict[str, Any], base_dir: Path) -> dict[str, Any]:
     """``config`` with each relative :data:`PATH_FIELDS` value made absolute against
     ``base_dir`` (URLs and absent or empty fields left alone)."""
     for field in PATH_FIELDS:
-        try:
-            value = space.get_path(config, field)
-        except (KeyError, IndexError, AttributeError, TypeError):
+        if not has_path(config, field):
             continue
+        value = space.get_path(config, field)
         if not isinstance(value, str) or not value or "://" in value:
             continue
         path = Path(value).expanduser()
@@ -98,7 +119,9 @@ __all__ = [
     "TRIAL_ATTR",
     "absolute_paths",
     "base_record",
+    "has_path",
     "ran_config",
     "record_key",
     "store_base",
+    "trial_run_config",
 ]
