@@ -120,7 +120,14 @@ def _cmd_best(args: argparse.Namespace) -> int:
     if db is not None and not db.exists():
         raise DvtHpoError(f"no study yet: {db} does not exist; run `dvt-hpo run {args.study}`")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = open_storage(spec.study.storage)
+    try:
+        storage = open_storage(spec.study.storage)
+    except Exception as exc:  # noqa: BLE001 - unreachable server, missing database, ...
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise DvtHpoError(
+            f"cannot open study.storage {redact_url(spec.study.storage)}: "
+            f"{type(exc).__name__}: {first}"
+        ) from None
     try:
         study = optuna.load_study(study_name=spec.study.name, storage=storage)
     except KeyError:

@@ -3,6 +3,12 @@
 The CLI builds a :class:`~dvt_hpo.spec.StudySpec`; :class:`StudyRunner` supervises; each
 :class:`~dvt_hpo.trial_run.TrialRun` owns one trial's process group and control socket. The
 orchestrator never imports torch: trials run in their own processes.
+
+What has no run state lives elsewhere: stopping rules in :mod:`dvt_hpo.stop_rules`, printed
+wording in :mod:`dvt_hpo.run_messages`, a trial's config in :mod:`dvt_hpo.trial_config`,
+recovery and the budget in :mod:`dvt_hpo.recovery`. This module stays one class (about 500
+lines) because every method left shares the run's state: the study lock, the running trials,
+the ledger and the event queue.
 """
 
 from __future__ import annotations

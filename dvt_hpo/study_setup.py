@@ -60,7 +60,9 @@ def open_study(
         )
     check_space(study, spec, allow_space_change=allow_space_change, out=out)
     study_id = storage.get_study_id_from_name(spec.study.name)
-    existing = storage.get_n_trials(study_id)  # once per run: seeds the resumed sampler
+    # Replaced at this worker's first ask by reseeded_sampler (a seed unique to the worker);
+    # until then it only sees that ask's before_trial hook, which draws nothing.
+    existing = storage.get_n_trials(study_id)
     study.sampler = build_sampler(
         spec.study.sampler, spec.search_space, seed_offset=existing, parallel=spec.trials.parallel
     )
