@@ -38,6 +38,15 @@ def run(path: Path, *overrides: str, lines: list[str] | None = None) -> optuna.S
     return StudyRunner(load_spec(path, overrides), out=out).run()
 
 
+def run_failing(path: Path, *overrides: str) -> optuna.Study:
+    """Run a study whose trials all fail: the run ends with exit 1's StudyStopped."""
+    with pytest.raises(StudyStopped, match="no trial of this run succeeded"):
+        run(path, *overrides)
+    return optuna.load_study(
+        study_name=load_spec(path).study.name, storage=load_spec(path).study.storage
+    )
+
+
 def toy(name: str, actions: list[dict[str, Any]], **sections: Any) -> dict[str, Any]:
     doc = toy_study(name, **sections)
     doc["trainer"]["config"] = {**doc["trainer"]["config"], "actions": actions}
@@ -70,7 +79,7 @@ def test_a_trial_that_never_reports_the_metric_fails_listing_what_it_reported(
 ) -> None:
     doc = toy(unique_name, [{"do": "report", "step": 0, "metrics": {"acc": 0.5, "loss": 1.0}}])
     doc["study"]["n_trials"] = 1
-    study = run(write_study(doc))
+    study = run_failing(write_study(doc))
     (trial,) = study.trials
     assert trial.state == State.FAIL
     assert "'score' was never reported" in trial.user_attrs["reason"]
@@ -131,7 +140,7 @@ def test_stderr_tail_and_traceback_are_kept(
 ) -> None:
     doc = toy(unique_name, [{"do": "raise", "message": "boom"}])
     doc["study"]["n_trials"] = 1
-    (trial,) = run(write_study(doc)).trials
+    (trial,) = run_failing(write_study(doc)).trials
     assert "RuntimeError: boom" in trial.user_attrs["reason"]
     assert "toy.py" in trial.user_attrs["traceback"]
     assert trial.user_attrs["status"] == "failed"
