@@ -663,3 +663,30 @@ def test_a_resumed_run_says_which_trials_it_waits_for_and_how_long(
     # Then it was failed as stale and its copy ran here.
     assert [t.state for t in study.trials] == [State.FAIL, State.COMPLETE]
     assert study.trials[1].params == study.trials[0].params
+
+
+def test_two_workers_that_opened_the_study_together_sample_different_params(
+    write_study: Callable[..., Path], unique_name: str
+) -> None:
+    # The race of the PostgreSQL test above, made certain: both workers open the study (and
+    # see the same number of trials) before either asks for one.
+    from dvt_hpo import devices
+
+    doc = toy(unique_name, [{"do": "curve", "values": [0.5]}], trials={"warm": False})
+    doc["study"]["n_trials"] = 4
+    spec = load_spec(write_study(doc))
+    workers = [StudyRunner(spec, out=lambda line: None) for _ in range(2)]
+    for worker in workers:
+        worker.open_study()
+    slot = devices.split_devices("cpu", 1)[0]
+    try:
+        for worker in workers:
+            assert worker._launch(slot)
+    finally:
+        for worker in workers:
+            for _ in list(worker.running):
+                worker.events.get(timeout=60)
+            worker.launcher.close()
+    study = optuna.load_study(study_name=unique_name, storage=spec.study.storage)
+    first, second = (t.params["x"] for t in study.trials)
+    assert first != second
