@@ -72,6 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="K",
         help="run K orchestrators of this study on this machine, the devices split among them",
     )
+    run.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="run each failed trial's params once more (counted within study.n_trials)",
+    )
 
     validate = sub.add_parser("validate", help="check a study.yaml without running anything")
     validate.add_argument("study", type=Path)
@@ -140,9 +145,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from dvt_hpo.workers import run_workers
 
         return run_workers(
-            spec, args.overrides, args.workers, allow_space_change=args.allow_space_change
+            spec,
+            args.overrides,
+            args.workers,
+            allow_space_change=args.allow_space_change,
+            retry_failed=args.retry_failed,
         )
-    StudyRunner(spec, allow_space_change=args.allow_space_change).run()
+    StudyRunner(
+        spec, allow_space_change=args.allow_space_change, retry_failed=args.retry_failed
+    ).run()
     return EXIT_OK
 
 
@@ -190,12 +201,14 @@ def _cmd_best(args: argparse.Namespace) -> int:
     from dvt_hpo.atomic import write_text_atomic
     from dvt_hpo.best import best_config
     from dvt_hpo.spec import load_spec
+    from dvt_hpo.storage import study_storage
     from dvt_hpo.study_reader import open_existing_study
 
     if args.export is not None:
         _check_export_path(args.export)
     spec = load_spec(args.study, args.overrides)
     study = open_existing_study(spec)
+    storage = study_storage(study)
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     if not complete:
         raise DvtHpoError(f"study {spec.study.name!r} has no completed trial yet")
@@ -206,12 +219,17 @@ def _cmd_best(args: argparse.Namespace) -> int:
     if "batch_size" in best.user_attrs:
         print(f"  batch size found: {best.user_attrs['batch_size']}")
     if args.export is not None:
-        config = best_config(spec, study)
+        config, as_ran = best_config(spec, study, storage)
         try:
             write_text_atomic(args.export, yaml.safe_dump(config, sort_keys=False))
         except OSError as exc:
-            raise DvtHpoError(f"--export {args.export}: cannot write: {exc.strerror}") from None
+            raise DvtHpoError(f"cannot write --export {args.export}: {exc.strerror}") from None
         print(f"wrote {args.export}")
+        if not as_ran:
+            print(
+                f"note: trial {best.number} ran before dvt-hpo stored trial configs: its config "
+                "is rebuilt from today's study file and --set overrides"
+            )
     return EXIT_OK
 
 
@@ -277,17 +295,6 @@ _COMMANDS = {
 }
 
 
-def _one_line(exc: Exception) -> str:
-    text = str(exc)
-    # A DataLoader worker's error is re-raised as its own type around the worker's whole
-    # traceback; its last line is the error itself.
-    if "\nOriginal Traceback" in text:
-        last = text.strip().splitlines()[-1]
-        prefix = f"{type(exc).__module__}.{type(exc).__qualname__}: "
-        text = last[len(prefix) :] if last.startswith(prefix) else last
-    return text
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -301,6 +308,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DvtHpoError as exc:
         print(f"error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_FAILURE
+    except Exception as exc:  # noqa: BLE001 - a runtime failure is one line, never a traceback
+        print(f"error: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_FAILURE
+
+
+def _one_line(exc: BaseException) -> str:
+    """A runtime error as one line: whitespace folded, URLs' passwords redacted, bounded."""
+    import re
+
+    from dvt_hpo.storage import redact_url
+
+    text = str(exc)
+    # A DataLoader worker's error is re-raised as its own type around the worker's whole
+    # traceback; its last line is the error itself.
+    if "\nOriginal Traceback" in text:
+        last = text.strip().splitlines()[-1]
+        prefix = f"{type(exc).__module__}.{type(exc).__qualname__}: "
+        text = last[len(prefix) :] if last.startswith(prefix) else last
+    text = " ".join(text.split())
+    text = re.sub(r"[A-Za-z][\w+.\-]*://\S+", lambda m: redact_url(m.group(0)), text)
+    return text if len(text) <= 1000 else text[:1000] + " ..."
 
 
 if __name__ == "__main__":  # pragma: no cover

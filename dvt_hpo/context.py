@@ -156,6 +156,7 @@ class _BaseContext:
         self.trial_dir = Path(trial_dir) if trial_dir is not None else None
         self.batch_size_settings = batch_size
         self.history: list[tuple[int, dict[str, float]]] = []
+        self._reported_steps: set[int] = set()
         self.user_attrs: dict[str, Any] = {}
         self.pruned_step: int | None = None
         self.batch_size_choice: BatchSizeChoice | None = None
@@ -184,8 +185,18 @@ class _BaseContext:
     def report(self, step: int, metrics: Mapping[str, Any]) -> None:
         """Report the metrics of ``step`` (an epoch). On the chief, raises
         :class:`~dvt_hpo.exceptions.TrialPruned` when the study prunes the trial; a no-op on
-        the other ranks (their arguments are still checked, so a bug shows on every rank)."""
+        the other ranks (their arguments are still checked, so a bug shows on every rank).
+
+        Each step is reported once: a second report of the same step raises ``ValueError``
+        (Optuna keeps only the first value of a step, so the second would be silently lost
+        to pruning while the objective used it; report all metrics of a step in one call)."""
         step, clean = _metrics(step, metrics)
+        if step in self._reported_steps:
+            raise ValueError(
+                f"step {step} was already reported; report each step once, with all its "
+                "metrics in one call"
+            )
+        self._reported_steps.add(step)
         self.history.append((step, clean))
         if not self.is_chief:
             return

@@ -109,8 +109,9 @@ def build_sampler(
 ) -> optuna.samplers.BaseSampler:
     """The sampler of ``spec``.
 
-    - ``seed`` becomes ``seed + seed_offset`` (the runner passes the number of trials already
-      in the study, so a resumed seeded sampler does not replay the same start points);
+    - ``seed`` becomes ``seed + seed_offset`` (the runner passes the number of the first trial
+      this worker asked: unique among concurrent workers, 0 for a fresh study, and past the
+      existing trials on a resume, so workers and resumes never replay each other's points);
     - TPE gets ``constant_liar=True`` when ``parallel > 1`` unless the spec sets it, so that
       concurrent trials do not all sample the same promising point;
     - ``grid`` gets its ``search_space`` from the dimensions (every value each can take).

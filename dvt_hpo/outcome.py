@@ -8,15 +8,19 @@ is tested as a table, without processes.
 The rules, first match wins:
 
 1. the trial spoke another protocol version: FAIL, not retried (rerunning cannot help);
-2. the study pruned it: PRUNED;
-3. the chief wrote an ``ok`` result and the process exited 0 (or was stopped by us after it
+2. it reported a NaN or infinite objective: FAIL "diverged at step k (metric=nan)"; the
+   orchestrator stopped it at that report (a diverged run never recovers, and a NaN can
+   neither be pruned on nor compared);
+3. the study pruned it: PRUNED;
+4. the chief wrote an ``ok`` result and the process exited 0 (or was stopped by us after it
    wrote it): COMPLETE, whatever the interrupt and timeout flags say; a finished trial is
-   never thrown away ("completed trials are never touched");
-4. the study was interrupted: FAIL, retried;
-5. it ran past ``trials.timeout_s``: FAIL;
-6. a rank raised: FAIL with the earliest error (under DDP the others often fail only because
+   never thrown away ("completed trials are never touched"); a final objective that is NaN
+   or infinite (no finite value reported) is FAIL "diverged", never "not reported";
+5. the study was interrupted: FAIL, retried;
+6. it ran past ``trials.timeout_s``: FAIL;
+7. a rank raised: FAIL with the earliest error (under DDP the others often fail only because
    of it), out-of-memory as the worker classified it;
-7. otherwise: FAIL with the exit status.
+8. otherwise: FAIL with the exit status.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ class Flags:
     interrupted: bool = False
     timed_out: bool = False
     protocol_error: str | None = None
+    diverged: tuple[int, float] | None = None  # (step, value): the first non-finite objective
 
 
 @dataclass(frozen=True)
@@ -83,10 +88,15 @@ def describe_exit(returncode: int | None) -> str:
     return describe(returncode)
 
 
+def diverged_reason(step: int, metric: str, value: float) -> str:
+    return f"diverged at step {step} ({metric}={value})"
+
+
 def reduce_history(history: History, metric: str, direction: str, reduce: str) -> float | None:
-    """The objective value from the per-step history: ``best`` (direction-aware) or ``last``."""
+    """The objective value from the per-step history: ``best`` (direction-aware) or ``last``,
+    over the finite values (``None`` when there is none)."""
     values = [m[metric] for _, m in history if metric in m and m[metric] is not None]
-    values = [float(v) for v in values if not (isinstance(v, float) and math.isnan(v))]
+    values = [float(v) for v in values if math.isfinite(float(v))]
     if not values:
         return None
     if reduce == "last":
@@ -119,6 +129,9 @@ def classify(
     """The outcome of one finished trial process (see the module's rules)."""
     if flags.protocol_error is not None:
         return Outcome("FAIL", "failed", reason=flags.protocol_error)
+    if flags.diverged is not None:
+        step, value = flags.diverged
+        return Outcome("FAIL", "failed", reason=diverged_reason(step, objective.metric, value))
     if flags.pruned_step is not None:
         return Outcome("PRUNED", "pruned", reason=f"pruned at step {flags.pruned_step}")
 
@@ -131,6 +144,13 @@ def classify(
             steps = [(0, result["metrics"])]
         value = reduce_history(steps, objective.metric, objective.direction, objective.reduce)
         if value is None:
+            seen = [(s, float(m[objective.metric])) for s, m in steps if objective.metric in m]
+            if seen:
+                # Reported, but never as a finite number: say so, not "never reported".
+                step, bad = seen[0]
+                return Outcome(
+                    "FAIL", "failed", reason=diverged_reason(step, objective.metric, bad)
+                )
             reported = sorted({k for _, m in steps for k in m})
             return Outcome(
                 "FAIL",
@@ -173,6 +193,7 @@ __all__ = [
     "Outcome",
     "Phase",
     "classify",
+    "diverged_reason",
     "first_error",
     "reduce_history",
 ]

@@ -46,6 +46,9 @@ class TrialPayload:
     gpus: tuple[str, ...] = ()  # this trial's slot: its CUDA_VISIBLE_DEVICES entries
     limits: TrialLimits = TrialLimits()
     trial_dir: str | None = None
+    # The study file's folder: trials import the entry point from it first and run in it, so
+    # a payload rerun by hand from elsewhere finds the trainer and its relative paths.
+    study_dir: str | None = None
     protocol: int = PROTOCOL_VERSION
 
     def to_json(self) -> dict[str, Any]:

@@ -30,34 +30,13 @@ from dvt_hpo.events import (
     TrialReported,
     TrialStarted,
 )
-
-
-def _fmt_value(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
-def fmt_params(params: dict[str, Any]) -> str:
-    return " ".join(f"{k}={_fmt_value(v)}" for k, v in params.items())
+from dvt_hpo.run_messages import fmt_params, trial_line
 
 
 def fmt_elapsed(seconds: float) -> str:
     minutes, s = divmod(max(0, int(seconds)), 60)
     h, m = divmod(minutes, 60)
     return f"{h}:{m:02d}:{s:02d}"
-
-
-def trial_line(event: TrialFinished, metric: str) -> str:
-    """The one line a finished trial gets (the study loop's format, kept for its parsers)."""
-    value = f"{metric}={event.value:.4f}" if event.value is not None else ""
-    bs = event.user_attrs.get("batch_size")
-    extra = f" batch={bs}" if isinstance(bs, int) else ""
-    reason = f" reason: {event.reason}" if event.reason and event.state != "COMPLETE" else ""
-    return (
-        f"trial {event.number:>3} {event.state:<8} {value:<18} "
-        f"{event.duration_s:6.1f}s  {fmt_params(event.params)}{extra}{reason}"
-    )
 
 
 @dataclass
@@ -258,4 +237,4 @@ def _eta_column(observer: ProgressObserver) -> Any:
     return EtaColumn()
 
 
-__all__ = ["ProgressObserver", "fmt_elapsed", "fmt_params", "trial_line"]
+__all__ = ["ProgressObserver", "fmt_elapsed"]

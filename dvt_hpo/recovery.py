@@ -116,6 +116,70 @@ def reconcile(
         fail_attempt(study, storage, t._trial_id, retry=True, max_retries=max_retries)
 
 
+def heartbeat_ages(storage: Any, trials: list[optuna.trial.FrozenTrial]) -> dict[int, float]:
+    """Seconds since each trial's last heartbeat, by trial number, as the stale rule sees them
+    (the database's clock for RDB storages); trials without one are left out. Best effort:
+    this only informs the "waiting for" line, so a storage it cannot read gives ``{}``."""
+    if not trials:
+        return {}
+    if not supports_heartbeat(storage):
+        now = time.time()
+        ages: dict[int, float] = {}
+        for t in trials:
+            beat = t.system_attrs.get(HEARTBEAT_ATTR)
+            if beat is None and t.datetime_start is not None:
+                beat = t.datetime_start.timestamp()
+            if beat is not None:
+                ages[t.number] = max(0.0, now - float(beat))
+        return ages
+    try:
+        import sqlalchemy
+        from optuna.storages._rdb import models  # no public reader of heartbeats
+
+        by_id = {t._trial_id: t.number for t in trials}
+        model = models.TrialHeartbeatModel
+        query = sqlalchemy.select(model.trial_id, model.heartbeat, sqlalchemy.func.now()).where(
+            model.trial_id.in_(list(by_id))
+        )
+        with storage.engine.connect() as conn:
+            rows = conn.execute(query).all()
+        return {
+            by_id[trial_id]: max(0.0, (now.replace(tzinfo=None) - beat).total_seconds())
+            for trial_id, beat, now in rows
+        }
+    except Exception:  # noqa: BLE001 - informative only
+        return {}
+
+
+def retry_failed(study: optuna.Study) -> list[int]:
+    """``run --retry-failed``: enqueue each failed trial's params once more, as Optuna's retry
+    callback does for a stale trial, so the copy supersedes the failure in the budget (counted
+    within ``study.n_trials``). Trials already retried and those closed as over budget are
+    skipped. Returns the numbers of the failed trials enqueued again."""
+    trials = study.get_trials(deepcopy=False)
+    by_number = {t.number: t for t in trials}
+    numbers = failed_not_retried(trials)
+    # No cap on the chain here: the user asked for these retries by name.
+    retry = retry_callback(len(trials) + 1)
+    for number in numbers:
+        retry(study, by_number[number])
+    return numbers
+
+
+def failed_not_retried(trials: list[optuna.trial.FrozenTrial]) -> list[int]:
+    """The failed trials that no copy retries (what ``--retry-failed`` would enqueue)."""
+    superseded: set[int] = set()
+    for t in trials:
+        superseded.update(retry_history(t))
+    return [
+        t.number
+        for t in trials
+        if t.state.name == "FAIL"
+        and t.number not in superseded
+        and not t.system_attrs.get(OVER_BUDGET_ATTR)
+    ]
+
+
 @dataclass(frozen=True)
 class _Entry:
     trial_id: int
@@ -221,8 +285,11 @@ __all__ = [
     "Ledger",
     "counted_numbers",
     "fail_attempt",
+    "failed_not_retried",
+    "heartbeat_ages",
     "reconcile",
     "record_heartbeat",
     "retried_trial_number",
+    "retry_failed",
     "retry_history",
 ]

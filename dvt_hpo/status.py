@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from dvt_hpo.run_messages import fmt_params
+
 if TYPE_CHECKING:
     import optuna
 
@@ -200,12 +202,6 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.6g}"
 
 
-def _fmt_params(params: dict[str, Any]) -> str:
-    return " ".join(
-        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items()
-    )
-
-
 def _fmt_elapsed(seconds: float) -> str:
     minutes, s = divmod(int(seconds), 60)
     h, m = divmod(minutes, 60)
@@ -225,7 +221,7 @@ def format_status(status: StudyStatus) -> str:
         b = status.best
         batch = f"  batch={b.batch_size}" if b.batch_size else ""
         lines.append(
-            f"best trial {b.number}: {status.metric}={_fmt(b.value)}  {_fmt_params(b.params)}{batch}"
+            f"best trial {b.number}: {status.metric}={_fmt(b.value)}  {fmt_params(b.params)}{batch}"
         )
     else:
         lines.append("best trial: none complete yet")
@@ -235,7 +231,7 @@ def format_status(status: StudyStatus) -> str:
             step = "-" if r.last_step is None else str(r.last_step)
             lines.append(
                 f"  trial {r.number:>4}  {_fmt_elapsed(r.elapsed_s)}  {r.host or '?'}  "
-                f"epoch {step}  {r.metric}={_fmt(r.value)}  {_fmt_params(r.params)}"
+                f"epoch {step}  {r.metric}={_fmt(r.value)}  {fmt_params(r.params)}"
             )
     if status.failures:
         lines.append("last failures:")

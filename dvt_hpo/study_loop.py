@@ -3,13 +3,18 @@
 The CLI builds a :class:`~dvt_hpo.spec.StudySpec`; :class:`StudyRunner` supervises; each
 :class:`~dvt_hpo.trial_run.TrialRun` owns one trial's process group and control socket. The
 orchestrator never imports torch: trials run in their own processes.
+
+What has no run state lives elsewhere: stopping rules in :mod:`dvt_hpo.stop_rules`, printed
+wording in :mod:`dvt_hpo.run_messages`, a trial's config in :mod:`dvt_hpo.trial_config`,
+recovery and the budget in :mod:`dvt_hpo.recovery`. This module stays one class (about 500
+lines) because every method left shares the run's state: the study lock, the running trials,
+the ledger and the event queue.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import queue
 import signal
@@ -18,16 +23,20 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from dvt_hpo import devices, launch, recovery, space
+from dvt_hpo import devices, launch, recovery, run_messages, space, stop_rules, trial_config
 from dvt_hpo.events import StudyEnded, StudyObserver, StudyStarted, TrialFinished, TrialStarted
 from dvt_hpo.exceptions import DvtHpoError
 from dvt_hpo.import_path import child_pythonpath
 from dvt_hpo.observers import Observers, study_observers
-from dvt_hpo.progress import fmt_params, trial_line
 from dvt_hpo.spec import BUILTIN_ENTRYPOINT
-from dvt_hpo.spec.objective import describe_objective
 from dvt_hpo.storage import redact_url
-from dvt_hpo.study_setup import StudyCache, open_study, study_settings
+from dvt_hpo.study_setup import (
+    StudyCache,
+    check_runs_dir,
+    open_study,
+    reseeded_sampler,
+    study_settings,
+)
 from dvt_hpo.trial_run import TrialOutcome, TrialRun
 
 if TYPE_CHECKING:
@@ -52,6 +61,7 @@ class StudyRunner:
         spec: StudySpec,
         *,
         allow_space_change: bool = False,
+        retry_failed: bool = False,
         out: Callable[[str], None] | None = None,
         observers: Sequence[StudyObserver] = (),
     ) -> None:
@@ -60,6 +70,7 @@ class StudyRunner:
         # Without an ``out`` (the CLI), the progress observer prints: a live view on a
         # terminal, plain lines elsewhere; with one (notebooks, tests), plain lines go to it.
         self._progress_view = out is None
+        self.retry_failed = retry_failed
         self.out = out or (lambda line: print(line, flush=True))
         self._extra_observers = list(observers)
         self.observers = Observers(self._extra_observers, self.out)
@@ -91,14 +102,37 @@ class StudyRunner:
         self.ledger: recovery.Ledger
         self._stop_heartbeat = threading.Event()
         self.outcomes: list[TrialOutcome] = []
+        self.config_key = ""
+        self._reseeded = False
+        self._awaited: tuple[int, ...] = ()
 
     def open_study(self) -> optuna.Study:
-        self.study, self.storage, self.study_id = open_study(
-            self.spec, allow_space_change=self.allow_space_change, out=self.out
-        )
+        # Before the storage is touched: a trial's folder that cannot be made would otherwise
+        # fail only once the study is written.
+        check_runs_dir(self.spec)
+        try:
+            self.study, self.storage, self.study_id = open_study(
+                self.spec, allow_space_change=self.allow_space_change, out=self.out
+            )
+        except DvtHpoError:
+            raise
+        except Exception as exc:
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise StudyStopped(
+                f"cannot open study.storage {redact_url(self.spec.study.storage)}: "
+                f"{type(exc).__name__}: {first}"
+            ) from exc
         self.cache = StudyCache(self.storage, self.study_id, self.study_lock)
         self.ledger = recovery.Ledger(self.study, self.storage, self.study_id)
+        self.config_key = trial_config.store_base(self.storage, self.study_id, self.spec)
         self._reconcile()
+        if self.retry_failed:
+            numbers = recovery.retry_failed(self.study)
+            self.out(
+                f"--retry-failed: trial(s) {', '.join(map(str, numbers))} enqueued again"
+                if numbers
+                else "--retry-failed: no failed trial to retry"
+            )
         return self.study
 
     # -- budget and recovery ------------------------------------------------------------
@@ -128,6 +162,17 @@ class StudyRunner:
 
     # -- the loop -----------------------------------------------------------------------
     def run(self) -> optuna.Study:
+        try:
+            return self._run()
+        except (DvtHpoError, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            # A bug or a lost database in the orchestrator's own bookkeeping ends the run with
+            # one line; its running trials are stopped and recorded for a retry first.
+            _log.debug("orchestrator error", exc_info=True)
+            raise StudyStopped(f"orchestrator error: {type(exc).__name__}: {exc}") from exc
+
+    def _run(self) -> optuna.Study:
         spec = self.spec
         self.open_study()
         self._build_observers()
@@ -162,15 +207,18 @@ class StudyRunner:
                 self.print_summary()
                 exit_code = 0
                 return self.study
+            n_done = self._n_done()
             self.out(
                 f"study {spec.study.name!r} on {where}: "
-                + f"{describe_objective(spec.objective)}, "
-                + (f"{budget.used}/{n_trials} trials done, " if n_trials else "")
+                f"{run_messages.objective_text(spec.objective)}; "
+                + (f"{n_done}/{n_trials} trials done, " if n_trials else f"{n_done} done, ")
                 + f"{spec.trials.parallel} at a time"
             )
-            self.out(f"watch it: optuna-dashboard {where}")
+            self.out(run_messages.dashboard_hint(spec.study.storage))
             stop_message = self._loop()
             self.print_summary()
+            if stop_message is None:
+                stop_message = stop_rules.nothing_succeeded(self.outcomes)
             if stop_message is not None:
                 raise StudyStopped(stop_message)
             exit_code = 0
@@ -178,9 +226,36 @@ class StudyRunner:
         except KeyboardInterrupt:
             exit_code = EXIT_INTERRUPTED
             raise
+        except Exception as exc:
+            if not isinstance(exc, DvtHpoError):
+                with contextlib.suppress(Exception):
+                    self._stop_running(f"orchestrator error ({type(exc).__name__})")
+            raise
         finally:
             self.launcher.close()
             self._study_ended(exit_code)
+
+    def _await_foreign(self) -> None:
+        """Say once per set of trials which RUNNING trials of other (or dead) orchestrators
+        this run waits on, their heartbeat age and the longest wait before they are retried."""
+        with self.study_lock:
+            foreign = [
+                t
+                for t in self.study.get_trials(deepcopy=False, states=(_state("RUNNING"),))
+                if t.number not in self.running
+            ]
+            ages = recovery.heartbeat_ages(self.storage, foreign)
+        numbers = tuple(t.number for t in foreign)
+        if numbers and numbers != self._awaited:
+            self.out(
+                run_messages.waiting_line(
+                    numbers,
+                    ages,
+                    grace_period_s=self.spec.study.grace_period_s,
+                    heartbeat_interval_s=self.spec.study.heartbeat_interval_s,
+                )
+            )
+        self._awaited = numbers
 
     def _loop(self) -> str | None:
         spec = self.spec
@@ -193,8 +268,6 @@ class StudyRunner:
         deadline = (
             time.monotonic() + spec.study.timeout_s if spec.study.timeout_s is not None else None
         )
-        max_failures = self._max_failures()
-        failures = 0
         launching = True
         stop_message: str | None = None
         previous_handlers = _install_stop_signals()
@@ -216,6 +289,8 @@ class StudyRunner:
                     # Trials of a dead orchestrator stay RUNNING until their heartbeat goes
                     # stale; waiting for them lets this worker retry them instead of leaving.
                     break
+                if launching and foreign and not self.running:
+                    self._await_foreign()
                 # Bounded, so that retries enqueued by the heartbeat reconciliation (and the
                 # study deadline) are noticed while trials run.
                 wait_s = float(spec.study.heartbeat_interval_s)
@@ -228,16 +303,18 @@ class StudyRunner:
                 run = self.running.pop(outcome.number)
                 free_slots.append(run.slot)
                 self._record(outcome)
-                if outcome.state == "FAIL" and not outcome.interrupted:
-                    failures += 1
-                    if max_failures is not None and failures >= max_failures and launching:
+                if outcome.state == "FAIL" and not outcome.interrupted and launching:
+                    stop_message = stop_rules.stop_message(
+                        self.outcomes, spec.study.max_failures, n_trials
+                    )
+                    if stop_message is not None:
+                        # The message itself is printed once, as the run's error, at the end.
                         launching = False
-                        stop_message = (
-                            f"stopping: {failures} trials failed in this run, reaching "
-                            f"study.max_failures={spec.study.max_failures}; last reason: "
-                            f"{outcome.reason}"
-                        )
-                        self.out(stop_message)
+                        if self.running:
+                            self.out(
+                                "no new trials (a stopping rule was reached); waiting for "
+                                f"{len(self.running)} running trial(s)"
+                            )
         except KeyboardInterrupt:
             self._interrupt()
             raise
@@ -247,24 +324,44 @@ class StudyRunner:
             self._stop_heartbeat.set()
         return stop_message
 
-    def _max_failures(self) -> int | None:
-        mf = self.spec.study.max_failures
-        if mf is None:
-            return None
-        if isinstance(mf, float) and mf < 1:
-            total = self.spec.study.n_trials
-            if total is None:
-                return None
-            return max(1, math.ceil(mf * total))
-        return int(mf)
-
     def _launch(self, slot: devices.Slot) -> bool:
         """Ask for a trial and start it in ``slot``; False when the study's budget turned out
         to be used up by another worker between our count and our ask."""
-        spec = self.spec
         with self.study_lock:
             trial = self.study.ask()
+        try:
+            return self._start(trial, slot)
+        except KeyboardInterrupt:
+            # Stopped before it ran: recorded for a retry, as a running trial would be.
+            with contextlib.suppress(Exception), self.study_lock:
+                recovery.fail_attempt(
+                    self.study,
+                    self.storage,
+                    trial._trial_id,
+                    retry=True,
+                    max_retries=self.spec.trials.max_retries,
+                )
+            raise
+        except Exception as exc:
+            # Nothing runs for this trial: end it with the reason, not RUNNING until stale.
+            with contextlib.suppress(Exception), self.study_lock:
+                trial.set_user_attr("status", "failed")
+                trial.set_user_attr("reason", f"orchestrator error: {type(exc).__name__}: {exc}")
+                self.study.tell(trial, state=_state("FAIL"), skip_if_finished=True)
+            raise
+
+    def _start(self, trial: optuna.Trial, slot: devices.Slot) -> bool:
+        spec = self.spec
+        with self.study_lock:
             trial_id = trial._trial_id  # Optuna exposes no public id; storages need it
+            if not self._reseeded:
+                # Samplers draw lazily (at the first suggest), so re-seeding now decides this
+                # trial's params too. The first trial number a worker gets is unique among all
+                # workers of the study (the storage assigns it atomically) and is the same
+                # for a lone worker on the same study: distinct streams, reproducible alone.
+                self._reseeded = True
+                self.study.sampler = reseeded_sampler(self.spec, trial.number)
+            self.storage.set_trial_system_attr(trial_id, trial_config.TRIAL_ATTR, self.config_key)
             # A RUNNING trial without a heartbeat is never found stale: record one at once.
             recovery.record_heartbeat(self.storage, trial_id)
             retried = recovery.retried_trial_number(self.storage.get_trial(trial_id))
@@ -279,14 +376,7 @@ class StudyRunner:
                 self.study.tell(trial, state=_state("FAIL"))
                 return False
             params = space.sample(trial, spec.search_space)
-        config = space.apply(spec.trainer.config, spec.search_space, params)
-        if spec.trainer.entrypoint == BUILTIN_ENTRYPOINT:
-            config.setdefault("checkpoint", {})["enable_checkpointing"] = False
-            config["output_dir"] = str(
-                spec.trials.runs_dir / f"trial-{trial.number:04d}" / "output"
-            )
-        elif _has_path(config, "checkpoint.enable_checkpointing"):
-            space.set_path(config, "checkpoint.enable_checkpointing", False)
+        config = trial_config.trial_run_config(spec, params, trial.number)
         run = TrialRun(self, trial, params, config, slot)
         attrs = self.observers.trial_started(
             TrialStarted(trial.number, trial_id, params, retried, time.time())
@@ -297,7 +387,11 @@ class StudyRunner:
             for key, value in attrs.items():
                 trial.set_user_attr(key, value)
         self.running[trial.number] = run
-        run.start()
+        try:
+            run.start()
+        except BaseException:
+            self.running.pop(trial.number, None)
+            raise
         return True
 
     def _over_budget(self, number: int) -> bool:
@@ -308,21 +402,31 @@ class StudyRunner:
         return self.ledger.used(below=number) >= n_trials
 
     def _interrupt(self) -> None:
+        self._stop_running("interrupted")
+
+    def _stop_running(self, why: str) -> None:
         if not self.running:
             return
-        self.out(f"interrupted: stopping {len(self.running)} running trial(s)")
+        self.out(f"{why}: stopping {len(self.running)} running trial(s)")
         for run in self.running.values():
             run.interrupt()
         # Later signals are ignored (_install_stop_signals): the trials are being recorded for
-        # a retry.
+        # a retry. Each trial's thread always reports (TrialRun._run_safely); the bound only
+        # guards against a thread that died before it could.
+        limit_s = self.spec.trials.stop_grace_s + 60.0
         while self.running:
-            outcome = self.events.get()
+            try:
+                outcome = self.events.get(timeout=limit_s)
+            except queue.Empty:
+                return
             self.running.pop(outcome.number, None)
             self._record(outcome)
 
     def _build_observers(self) -> None:
         """The observers the study file asks for (progress, MLflow), then the caller's."""
-        progress, defaults = study_observers(self.spec, self.study, progress=self._progress_view)
+        progress, defaults = study_observers(
+            self.spec, self.study, progress=self._progress_view, out=self.out
+        )
         if progress is not None:
             self.out = progress.out
             self._prints_trial_lines = False  # the progress observer prints them
@@ -341,7 +445,7 @@ class StudyRunner:
             user_attrs=dict(outcome.user_attrs),
         )
         if self._prints_trial_lines:
-            self.out(trial_line(event, self.spec.objective.metric))
+            self.out(run_messages.trial_line(event, self.spec.objective.metric))
         self.observers.trial_finished(event)
 
     def _n_done(self) -> int:
@@ -362,38 +466,17 @@ class StudyRunner:
 
     def print_summary(self) -> None:
         trials = self.study.get_trials(deepcopy=False)
-        counts: dict[str, int] = {}
-        counted = recovery.counted_numbers(trials)
-        for t in trials:
-            if t.system_attrs.get(recovery.OVER_BUDGET_ATTR):
-                state = "over budget (not counted)"
-            elif t.number not in counted:
-                state = "failed and retried"
-            else:
-                state = t.state.name.lower()
-            counts[state] = counts.get(state, 0) + 1
-        summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-        self.out(f"trials: {summary or 'none'}")
-        if any(t.state.name == "COMPLETE" for t in trials):
-            best = self.study.best_trial
-            self.out(
-                f"best trial {best.number}: {self.spec.objective.metric}={best.value:.4f}  "
-                f"{fmt_params(best.params)}"
-            )
+        best = self.study.best_trial if any(t.state.name == "COMPLETE" for t in trials) else None
+        for line in run_messages.summary_lines(
+            trials, best, self.spec.objective.metric, self.spec.path
+        ):
+            self.out(line)
 
 
 def _state(name: str) -> Any:
     from optuna.trial import TrialState
 
     return TrialState[name]
-
-
-def _has_path(config: Any, path: str) -> bool:
-    try:
-        space.get_path(config, path)
-    except (KeyError, IndexError, AttributeError, TypeError):
-        return False
-    return True
 
 
 def _install_stop_signals() -> dict[int, Any]:
@@ -416,6 +499,7 @@ def run_study(
     overrides: tuple[str, ...] | list[str] = (),
     *,
     allow_space_change: bool = False,
+    retry_failed: bool = False,
     out: Callable[[str], None] | None = None,
     observers: Sequence[StudyObserver] = (),
 ) -> optuna.Study:
@@ -426,7 +510,13 @@ def run_study(
     from dvt_hpo.spec import load_spec
 
     spec = load_spec(path, overrides, check_runnable=True)
-    runner = StudyRunner(spec, allow_space_change=allow_space_change, out=out, observers=observers)
+    runner = StudyRunner(
+        spec,
+        allow_space_change=allow_space_change,
+        retry_failed=retry_failed,
+        out=out,
+        observers=observers,
+    )
     return runner.run()
 
 

@@ -4,12 +4,15 @@ and the batch-size cache every worker shares through the study's system attrs.""
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dvt_hpo import compat
+from dvt_hpo.exceptions import SpecError
 from dvt_hpo.storage import HeartbeatSettings, create_or_load_study, redact_url, study_storage
 from dvt_hpo.stored_study import StoredStudy
 
@@ -54,7 +57,9 @@ def open_study(
     )
     storage = study_storage(study)
     study_id = storage.get_study_id_from_name(spec.study.name)
-    existing = storage.get_n_trials(study_id)  # once per run: seeds the resumed sampler
+    # Replaced at this worker's first ask by reseeded_sampler (a seed unique to the worker);
+    # until then it only sees that ask's before_trial hook, which draws nothing.
+    existing = storage.get_n_trials(study_id)
     study.sampler = build_sampler(
         spec.study.sampler, spec.search_space, seed_offset=existing, parallel=spec.trials.parallel
     )
@@ -62,6 +67,49 @@ def open_study(
     with contextlib.suppress(Exception):
         study.set_metric_names([spec.objective.metric])
     return study, storage, study_id
+
+
+def reseeded_sampler(spec: StudySpec, first_number: int) -> optuna.samplers.BaseSampler:
+    """The run's sampler seeded with ``sampler.seed + first_number``, the number of the first
+    trial this worker asked (see :meth:`StudyRunner._launch`)."""
+    from dvt_hpo.spec import build_sampler
+
+    return build_sampler(
+        spec.study.sampler,
+        spec.search_space,
+        seed_offset=first_number,
+        parallel=spec.trials.parallel,
+    )
+
+
+def runs_dir_problem(path: Path) -> str | None:
+    """Why trial folders cannot be made under ``path`` (``None`` when they can), found without
+    creating anything: the folder, or its nearest existing ancestor, must be a writable
+    folder."""
+    existing = path
+    while not existing.exists():
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if existing != path and not existing.is_dir():
+        return f"{str(existing)!r} is a file, so {str(path)!r} cannot be created"
+    if not existing.is_dir():
+        return f"{str(path)!r} is not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        what = "" if existing == path else f" (its nearest existing folder {str(existing)!r})"
+        return f"{str(path)!r}{what} is not writable by this user"
+    return None
+
+
+def check_runs_dir(spec: StudySpec) -> None:
+    """SpecError (exit 2) when ``trials.runs_dir`` cannot hold trial folders."""
+    problem = runs_dir_problem(spec.trials.runs_dir)
+    if problem is not None:
+        raise SpecError(
+            f"{problem}; trials.runs_dir must be a folder this user can create and write",
+            file=spec.path,
+            field="trials.runs_dir",
+        )
 
 
 def study_settings(spec: StudySpec) -> dict[str, Any]:
@@ -110,4 +158,13 @@ class StudyCache:
             self._storage.set_study_system_attr(self._study_id, CACHE_PREFIX + key, value)
 
 
-__all__ = ["ATTR_PREFIX", "CACHE_PREFIX", "StudyCache", "check_settings", "open_study"]
+__all__ = [
+    "ATTR_PREFIX",
+    "CACHE_PREFIX",
+    "StudyCache",
+    "check_runs_dir",
+    "check_settings",
+    "open_study",
+    "reseeded_sampler",
+    "runs_dir_problem",
+]

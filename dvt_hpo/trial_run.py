@@ -9,6 +9,7 @@ its answer.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -110,6 +111,7 @@ class TrialRun:
         self.phase = Phase.ASKED
         self.history: list[tuple[int, dict[str, float]]] = []
         self.pruned_step: int | None = None
+        self.diverged: tuple[int, float] | None = None  # (step, value) of a NaN/inf objective
         self.protocol_error: str | None = None
         self.attrs: dict[str, Any] = {}
         self.stop_event = threading.Event()
@@ -132,11 +134,17 @@ class TrialRun:
 
     def on_report(self, step: int, metrics: dict[str, float]) -> bool:
         self.history.append((int(step), dict(metrics)))
-        if self.pruned_step is not None:
+        if self.pruned_step is not None or self.diverged is not None:
             return True
         value = metrics.get(self.spec.objective.metric)
         prune = False
-        if value is not None and not (isinstance(value, float) and math.isnan(value)):
+        if value is not None and not math.isfinite(float(value)):
+            # A diverged run never recovers and Optuna cannot prune on NaN: stop it now (the
+            # "prune" answer makes the trainer leave cleanly) and record it FAIL "diverged".
+            self.diverged = (int(step), float(value))
+            self.stop_event.set()
+            return True
+        if value is not None:
             with self.loop.study_lock:
                 self.trial.report(float(value), int(step))
                 prune = self.trial.should_prune()
@@ -196,6 +204,7 @@ class TrialRun:
                 memory_limit=spec.trials.memory_limit,
             ),
             trial_dir=str(self.trial_dir),
+            study_dir=str(spec.path.parent),
         )
 
     def _run_safely(self) -> None:
@@ -210,6 +219,10 @@ class TrialRun:
                 outcome = TrialOutcome(
                     self.number, self.trial_id, "FAIL", None, self.params, duration_s, reason
                 )
+                # Recording failed too: at least end it in the study (else it stays RUNNING
+                # until its heartbeat goes stale and is retried as if its orchestrator died).
+                with contextlib.suppress(Exception), self.loop.study_lock:
+                    self.loop.storage.set_trial_state_values(self.trial_id, _state("FAIL"))
         self.phase = Phase.FINISHED
         self.loop.events.put(outcome)
 
@@ -246,7 +259,8 @@ class TrialRun:
             if not self.stop_event.wait(spec.trials.timeout_s):
                 self.timed_out = True
             self.phase = Phase.STOPPING
-            if self.pruned_step is not None and self.process.poll() is None:
+            stopped_by_answer = self.pruned_step is not None or self.diverged is not None
+            if stopped_by_answer and self.process.poll() is None:
                 # The chief raises TrialPruned on the decision and exits on its own; a signal
                 # now would turn its clean "pruned" into "stopped". The grace bounds the wait.
                 self.process.wait(spec.trials.stop_grace_s)
@@ -276,7 +290,13 @@ class TrialRun:
         outcome = classify(
             result,
             returncode,
-            Flags(self.pruned_step, self.interrupted, self.timed_out, self.protocol_error),
+            Flags(
+                self.pruned_step,
+                self.interrupted,
+                self.timed_out,
+                self.protocol_error,
+                self.diverged,
+            ),
             objective=Objective(
                 spec.objective.metric, spec.objective.direction, spec.objective.reduce
             ),
@@ -307,6 +327,8 @@ class TrialRun:
             attrs["history"] = history_attr(self.history)
         if self.pruned_step is not None:
             attrs["pruned_step"] = self.pruned_step
+        if self.diverged is not None:
+            attrs["diverged_step"] = self.diverged[0]
         if outcome.state == "FAIL":
             attrs["reason"] = (outcome.reason or "")[:2000]
             tail = launch.tail_lines(self.trial_dir / "stderr.log", _STDERR_TAIL_LINES)

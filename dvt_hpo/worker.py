@@ -309,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     client: ControlClient | None = None
     startup_s: float | None = None
     trial_dir: Path | None = None
+    by_hand: str | None = None  # the result file of a payload rerun by hand
     ctx: TrialContext | LocalContext | None = None
     try:
         # 3. Connect before the (possibly slow) imports: a dead orchestrator ends us at once.
@@ -336,6 +337,9 @@ def main(argv: list[str] | None = None) -> int:
                 client.close()
             return _exit_soon(EXIT_BAD_PAYLOAD)
         trial_dir = Path(payload.trial_dir) if payload.trial_dir else payload_path.parent
+        if client is None:
+            by_hand = _rerun_name()
+            _prepare_rerun(payload.study_dir, trial_dir / by_hand)
 
         # 5. Context.
         if client is not None:
@@ -422,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if trial_dir is not None:
         try:
-            _write_result(trial_dir, rank, result)
+            _write_result(trial_dir, rank, result, by_hand)
         except OSError as exc:
             _say(f"cannot write the result in {trial_dir}: {exc}")
             code = code or EXIT_ERROR
@@ -437,14 +441,36 @@ def main(argv: list[str] | None = None) -> int:
     return _exit_soon(code)
 
 
-def _write_result(trial_dir: Path, rank: int, result: dict[str, Any]) -> None:
+def _write_result(
+    trial_dir: Path, rank: int, result: dict[str, Any], by_hand: str | None = None
+) -> None:
     """The chief writes result.json; another rank writes error-rank{R}.json when it failed
-    (a rank stopped by SIGTERM is not a cause: torchrun stops the others when one fails)."""
+    (a rank stopped by SIGTERM is not a cause: torchrun stops the others when one fails).
+    A rerun by hand writes ``by_hand`` (``rerun-*.json``, ``-rank{R}`` for other ranks)
+    instead, so the trial's own result stays as the study recorded it."""
     trial_dir.mkdir(parents=True, exist_ok=True)
+    if by_hand is not None:
+        if rank == 0 or result["status"] == "error":
+            name = by_hand if rank == 0 else by_hand.replace(".json", f"-rank{rank}.json")
+            write_json_atomic(trial_dir / name, result)
+        return
     if rank == 0:
         write_json_atomic(trial_dir / "result.json", result)
     elif result["status"] == "error":
         write_json_atomic(trial_dir / f"error-rank{rank}.json", result)
+
+
+def _rerun_name() -> str:
+    return f"rerun-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}.json"
+
+
+def _prepare_rerun(study_dir: str | None, result_path: Path) -> None:
+    """A payload run by hand behaves as its trial did: the study folder first on ``sys.path``
+    and as the working directory (relative paths in the config resolve against it)."""
+    if study_dir:
+        sys.path[:] = [study_dir] + [p for p in sys.path if p not in ("", study_dir)]
+        os.chdir(study_dir)
+    _say(f"run by hand: the result goes to {result_path} (the trial's result.json is kept)")
 
 
 if __name__ == "__main__":

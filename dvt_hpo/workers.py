@@ -52,10 +52,16 @@ def worker_slots(
 
 
 def worker_command(
-    study: Path, overrides: Sequence[str], slots: Sequence[Slot], allow_space_change: bool
+    study: Path,
+    overrides: Sequence[str],
+    slots: Sequence[Slot],
+    allow_space_change: bool,
+    retry_failed: bool = False,
 ) -> tuple[list[str], dict[str, str]]:
     """The argv and environment of one worker."""
     argv = [sys.executable, "-m", "dvt_hpo", "run", str(study)]
+    if retry_failed:
+        argv.append("--retry-failed")
     for override in overrides:
         argv += ["--set", override]
     env = dict(os.environ)
@@ -86,6 +92,7 @@ def run_workers(
     workers: int,
     *,
     allow_space_change: bool = False,
+    retry_failed: bool = False,
     out: Callable[[str], None] | None = None,
 ) -> int:
     """Run ``workers`` orchestrators of the study and wait for all; the exit code."""
@@ -99,7 +106,10 @@ def run_workers(
     procs: list[subprocess.Popen[bytes]] = []
     relays: list[threading.Thread] = []
     for i, slots in enumerate(worker_slots(spec, workers), start=1):
-        argv, env = worker_command(spec.path, overrides, slots, allow_space_change)
+        # Failed trials are enqueued again once, by the first worker; any worker runs them.
+        argv, env = worker_command(
+            spec.path, overrides, slots, allow_space_change, retry_failed and i == 1
+        )
         proc = subprocess.Popen(
             argv,
             env=env,

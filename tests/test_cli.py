@@ -410,7 +410,8 @@ def test_trial_without_the_objective_metric_fails_listing_what_it_reported(
 
     result = cli("run", path)
 
-    assert result.code == EXIT_OK, result.err
+    # No trial of the run succeeded: exit 1 with the reason (issue 8, item 6).
+    assert result.code == EXIT_FAILURE, result.err
     assert [(n, s) for n, s, _ in result.trials()] == [(0, "FAIL")], result.out
     (trial,) = stored_trials(path)
     assert trial.state.name == "FAIL"
@@ -432,6 +433,8 @@ def test_max_failures_stops_the_study_with_exit_1(
 
     assert result.code == EXIT_FAILURE, result.out + result.err
     assert "study.max_failures=2" in result.err and "ValueError: boom 42" in result.err, result.err
+    # Said once (issue 8, item 13), as the run's error.
+    assert (result.out + result.err).count("reaching study.max_failures") == 1, result.out
     assert [(n, s) for n, s, _ in result.trials()] == [(0, "FAIL"), (1, "FAIL")], result.out
     assert [t.state.name for t in stored_trials(path)] == ["FAIL", "FAIL"]
 
@@ -878,3 +881,82 @@ def test_train_on_a_corrupt_image_names_the_file_without_a_traceback(
     assert result.err.startswith("error: data.root: "), result.err
     assert result.err.count("\n") == 1 and "Traceback" not in result.err, result.err
     assert "blue/3.png" in result.err, result.err
+
+
+# issue 8: export what ran, one-line runtime failures, unusable runs_dir
+
+
+@pytest.mark.processes
+def test_best_exports_the_config_the_trial_ran_with(
+    cli: Callable[..., Result], write_study: Callable[..., Path], tmp_path: Path
+) -> None:
+    doc = curve_study("as-ran", study={"n_trials": 1})
+    doc["trainer"]["config"].update(
+        epochs=2,
+        output_dir="out",
+        data={"root": "data/train", "val_root": None},
+        checkpoint={"enable_checkpointing": False, "dir": "ckpt"},
+    )
+    path = write_study(doc)
+    ran = cli("run", path, "--set", "trainer.config.epochs=3")
+    assert ran.code == EXIT_OK, ran.err
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    # Exported from another folder, without the --set: the trial ran with epochs 3.
+    exported = cli("best", path, "--export", "best.yaml", cwd=elsewhere)
+    assert exported.code == EXIT_OK, exported.err
+    config = yaml.safe_load((elsewhere / "best.yaml").read_text())
+    (trial,) = stored_trials(path)
+    assert config["epochs"] == 3
+    assert config["curve"] == [trial.params["x"]]
+    assert config["checkpoint"] == {"enable_checkpointing": True, "dir": str(tmp_path / "ckpt")}
+    assert config["output_dir"] == str(tmp_path / "out")
+    assert config["data"] == {"root": str(tmp_path / "data" / "train"), "val_root": None}
+    assert "note:" not in exported.out
+
+
+def test_best_export_into_a_missing_folder_exits_2_and_writes_nothing(
+    cli: Callable[..., Result], write_study: Callable[..., Path], tmp_path: Path
+) -> None:
+    path = write_study(curve_study("nofolder", study={"n_trials": 1}))
+    study = optuna.create_study(
+        study_name="nofolder", storage=load_spec(path).study.storage, direction="maximize"
+    )
+    study.add_trial(
+        optuna.trial.create_trial(
+            params={"x": 0.5},
+            distributions={"x": optuna.distributions.FloatDistribution(0, 1)},
+            value=0.5,
+        )
+    )
+    before = listing(tmp_path)
+    result = cli("best", path, "--export", "no/such/dir/best.yaml", cwd=tmp_path)
+    assert result.code == EXIT_BAD_INPUT, result.err
+    assert result.err.count("\n") == 1 and "--export" in result.err and "no/such/dir" in result.err
+    assert listing(tmp_path) == before
+
+
+@pytest.mark.processes
+def test_an_unreachable_database_is_one_line_exit_1_password_redacted(
+    write_study: Callable[..., Path], tmp_path: Path
+) -> None:
+    url = "postgresql://ann:s3cret@127.0.0.1:1/hpo"
+    write_study(curve_study("nodb", study={"storage": url}))
+    result = run_cli("run", "study.yaml", cwd=tmp_path)
+    assert result.code == EXIT_FAILURE, result.out + result.err
+    assert result.err.count("\n") == 1 and "Traceback" not in result.err, result.err
+    assert "study.storage" in result.err and "ann:***@127.0.0.1:1" in result.err
+    assert "s3cret" not in result.out + result.err
+
+
+@pytest.mark.processes
+def test_a_runs_dir_that_is_a_file_exits_2_at_once(
+    write_study: Callable[..., Path], tmp_path: Path
+) -> None:
+    (tmp_path / "blocked").write_text("")
+    write_study(curve_study("blocked", trials={"runs_dir": "blocked/runs"}))
+    before = listing(tmp_path)
+    result = run_cli("run", "study.yaml", cwd=tmp_path)
+    assert result.code == EXIT_BAD_INPUT, result.out + result.err
+    assert "trials.runs_dir" in result.err and "study.yaml:" in result.err, result.err
+    assert listing(tmp_path) == before  # no database, no folder

@@ -98,6 +98,21 @@ def test_report_sends_metrics_and_raises_trial_pruned_on_prune(channel: Channel)
     assert ctx.history == channel.handler.reports
 
 
+def test_reporting_the_same_step_twice_is_an_error(channel: Channel) -> None:
+    # Optuna keeps only a step's first value: a second report would silently not count for
+    # pruning while the objective used it.
+    ctx = channel.context()
+    ctx.report(0, {"loss": 0.5})
+    with pytest.raises(ValueError, match="step 0 was already reported"):
+        ctx.report(0, {"loss": 0.4})
+    assert channel.handler.reports == [(0, {"loss": 0.5})]
+    ctx.report(2, {"loss": 0.3})  # steps may skip; only a repeat is refused
+    local = LocalContext(out=io.StringIO())
+    local.report(1, {"loss": 1.0})
+    with pytest.raises(ValueError, match="step 1 was already reported"):
+        local.report(1, {"loss": 1.0})
+
+
 def test_other_ranks_do_not_report_but_check_their_arguments(channel: Channel) -> None:
     ctx = channel.context(rank=1)
     ctx.report(0, {"loss": 5.0})  # would be pruned on the chief

@@ -138,3 +138,35 @@ def test_reduce_history_best_last_and_nan() -> None:
     assert reduce_history(history, "m", "minimize", "best") == 0.5
     assert reduce_history(history, "m", "maximize", "last") == 0.6
     assert reduce_history(history, "other", "maximize", "best") is None
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_a_diverged_objective_fails_naming_the_step_and_value(bad: float) -> None:
+    # The trial stopped at its first non-finite report; its pruned result does not matter.
+    outcome = classify(
+        {"status": "pruned", "step": 2},
+        3,
+        Flags(diverged=(2, bad)),
+        objective=Objective("val_mse", "minimize"),
+        history=[(0, {"val_mse": 1.0}), (1, {"val_mse": 2.0}), (2, {"val_mse": bad})],
+    )
+    assert (outcome.state, outcome.retry) == ("FAIL", False)
+    assert outcome.reason == f"diverged at step 2 (val_mse={bad})"
+
+
+def test_an_objective_that_was_nan_at_every_step_is_diverged_not_never_reported() -> None:
+    ok = {"status": "ok", "metrics": {"val_mse": math.nan}}
+    nan_history = [(0, {"val_mse": math.nan}), (1, {"val_mse": math.nan})]
+    obj = Objective("val_mse", "minimize")
+    outcome = classify(ok, 0, Flags(), objective=obj, history=nan_history)
+    assert outcome.reason == "diverged at step 0 (val_mse=nan)"
+    assert "never reported" not in (outcome.reason or "")
+    # The same with only the returned metrics (no report at all).
+    outcome = classify(ok, 0, Flags(), objective=obj)
+    assert outcome.reason == "diverged at step 0 (val_mse=nan)"
+
+
+def test_reduce_history_ignores_infinities() -> None:
+    history = [(0, {"m": 0.5}), (1, {"m": math.inf}), (2, {"m": -math.inf})]
+    assert reduce_history(history, "m", "maximize", "best") == 0.5
+    assert reduce_history(history, "m", "minimize", "best") == 0.5

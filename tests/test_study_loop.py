@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,15 @@ State = optuna.trial.TrialState
 def run(path: Path, *overrides: str, lines: list[str] | None = None) -> optuna.Study:
     out = lines.append if lines is not None else (lambda line: None)
     return StudyRunner(load_spec(path, overrides), out=out).run()
+
+
+def run_failing(path: Path, *overrides: str) -> optuna.Study:
+    """Run a study whose trials all fail: the run ends with exit 1's StudyStopped."""
+    with pytest.raises(StudyStopped, match="no trial of this run succeeded"):
+        run(path, *overrides)
+    return optuna.load_study(
+        study_name=load_spec(path).study.name, storage=load_spec(path).study.storage
+    )
 
 
 def toy(name: str, actions: list[dict[str, Any]], **sections: Any) -> dict[str, Any]:
@@ -69,7 +79,7 @@ def test_a_trial_that_never_reports_the_metric_fails_listing_what_it_reported(
 ) -> None:
     doc = toy(unique_name, [{"do": "report", "step": 0, "metrics": {"acc": 0.5, "loss": 1.0}}])
     doc["study"]["n_trials"] = 1
-    study = run(write_study(doc))
+    study = run_failing(write_study(doc))
     (trial,) = study.trials
     assert trial.state == State.FAIL
     assert "'score' was never reported" in trial.user_attrs["reason"]
@@ -130,7 +140,7 @@ def test_stderr_tail_and_traceback_are_kept(
 ) -> None:
     doc = toy(unique_name, [{"do": "raise", "message": "boom"}])
     doc["study"]["n_trials"] = 1
-    (trial,) = run(write_study(doc)).trials
+    (trial,) = run_failing(write_study(doc)).trials
     assert "RuntimeError: boom" in trial.user_attrs["reason"]
     assert "toy.py" in trial.user_attrs["traceback"]
     assert trial.user_attrs["status"] == "failed"
@@ -387,3 +397,296 @@ def test_observers_see_the_study_and_a_broken_one_costs_only_warnings(
     warnings = [line for line in lines if line.startswith("warning: observer Broken.")]
     assert len(warnings) == 3 + 3  # trial_started x3, trial_reported x3 (one line each)
     assert all("tracking server down" in line for line in warnings)
+
+
+# -- issue 8: results that can be trusted, no hang --------------------------------------------
+
+
+def test_a_nan_objective_fails_the_trial_at_once_as_diverged(
+    write_study: Callable[..., Path], unique_name: str
+) -> None:
+    doc = toy(unique_name, [{"do": "curve", "values": [1.0, "nan", 0.5, 0.4]}])
+    doc["study"]["n_trials"] = 1
+    doc["objective"] = {"metric": "val_mse", "direction": "minimize"}
+    doc["trainer"]["config"]["metric"] = "val_mse"
+    lines: list[str] = []
+    with pytest.raises(StudyStopped, match=r"diverged at step 1 \(val_mse=nan\)"):
+        run(write_study(doc), lines=lines)
+    (trial,) = optuna.load_study(
+        study_name=unique_name, storage=load_spec(write_study(doc)).study.storage
+    ).trials
+    assert trial.state == State.FAIL
+    assert trial.user_attrs["reason"] == "diverged at step 1 (val_mse=nan)"
+    # Stopped at the NaN: steps 2 and 3 never ran; the NaN never reached Optuna.
+    assert trial.user_attrs["epochs_reported"] == 2
+    assert trial.user_attrs["diverged_step"] == 1
+    assert trial.intermediate_values == {0: 1.0}
+    assert not any("never reported" in line for line in lines)
+
+
+def test_a_run_in_which_no_trial_succeeded_ends_with_the_most_common_reason(
+    write_study: Callable[..., Path], unique_name: str
+) -> None:
+    doc = toy(unique_name, [{"do": "raise", "type": "ValueError", "message": "bad data"}])
+    lines: list[str] = []
+    with pytest.raises(StudyStopped) as stopped:
+        run(write_study(doc), lines=lines)
+    assert str(stopped.value) == (
+        "no trial of this run succeeded (2 failed); most common reason (2 of 2): "
+        "ValueError: bad data"
+    )
+    # The summary says how to run them again.
+    assert any(line.endswith("--retry-failed") and "2 failed trial(s)" in line for line in lines)
+    # A rerun that runs nothing is not a failure of that run.
+    assert run(write_study(doc)) is not None
+
+
+def test_by_default_the_first_trials_failing_alike_stop_the_run(
+    write_study: Callable[..., Path], unique_name: str
+) -> None:
+    doc = toy(unique_name, [{"do": "raise", "type": "ValueError", "message": "typo"}])
+    doc["study"]["n_trials"] = 8
+    lines: list[str] = []
+    with pytest.raises(StudyStopped, match="the first 3 trials of this run all failed"):
+        run(write_study(doc), lines=lines)
+    study = optuna.load_study(
+        study_name=unique_name, storage=load_spec(write_study(doc)).study.storage
+    )
+    assert [t.state for t in study.trials] == [State.FAIL] * 3
+    # The stop message is the run's error, printed once by whoever reports it (the CLI).
+    assert not any("the first 3 trials" in line for line in lines)
+
+
+def test_retry_failed_reruns_each_failed_trial_once_within_n_trials(
+    write_study: Callable[..., Path], unique_name: str
+) -> None:
+    broken = toy(unique_name, [{"do": "raise", "message": "missing file"}])
+    path = write_study(broken)
+    with pytest.raises(StudyStopped):
+        run(path)
+    first = optuna.load_study(study_name=unique_name, storage=load_spec(path).study.storage)
+    failed_params = [t.params for t in first.trials]
+
+    fixed = toy(unique_name, [{"do": "curve", "values": [0.5]}])
+    write_study(fixed)
+    lines: list[str] = []
+    spec = load_spec(path)
+    study = StudyRunner(spec, retry_failed=True, out=lines.append).run()
+    assert "--retry-failed: trial(s) 0, 1 enqueued again" in lines
+    trials = study.trials
+    assert [t.state for t in trials] == [State.FAIL, State.FAIL, State.COMPLETE, State.COMPLETE]
+    assert [t.params for t in trials[2:]] == failed_params
+    assert [t.user_attrs.get("retry_of") for t in trials[2:]] == [0, 1]
+    assert "reason" not in trials[2].user_attrs  # the failed attempt's attrs stay with it
+    # Counted within n_trials: the copies took the failures' places; nothing more runs.
+    again: list[str] = []
+    StudyRunner(load_spec(path), retry_failed=True, out=again.append).run()
+    assert "--retry-failed: no failed trial to retry" in again
+    assert any("already has 2/2 trials" in line for line in again)
+    assert len(optuna.load_study(study_name=unique_name, storage=spec.study.storage).trials) == 4
+
+
+def test_an_unusable_runs_dir_is_bad_input_before_the_study_is_written(
+    write_study: Callable[..., Path], unique_name: str, tmp_path: Path
+) -> None:
+    (tmp_path / "runs").write_text("a file where a folder should be")
+    doc = toy(unique_name, [{"do": "curve"}], trials={"runs_dir": "runs/here"})
+    from dvt_hpo.exceptions import SpecError
+
+    with pytest.raises(SpecError) as bad:
+        run(write_study(doc))
+    assert bad.value.field == "trials.runs_dir" and "is a file" in str(bad.value)
+    assert not list(tmp_path.glob("*.db"))
+    # validate and run (check_runnable) say it with the line.
+    with pytest.raises(SpecError) as checked:
+        load_spec(write_study(doc), check_runnable=True)
+    assert checked.value.line is not None and checked.value.field == "trials.runs_dir"
+
+
+# Each step of a trial's bookkeeping the loop and a trial's thread go through.
+BOOKKEEPING = [
+    "dvt_hpo.trial_run.TrialRun.payload",
+    "dvt_hpo.trial_run.TrialRun._run",
+    "dvt_hpo.trial_run.TrialRun._conclude",
+    "dvt_hpo.trial_run.TrialRun._record",
+    "dvt_hpo.trial_run.TrialRun._set_attrs",
+    "dvt_hpo.trial_run.TrialRun._apply_keep_logs",
+    "dvt_hpo.trial_run.TrialRun.start",
+    "dvt_hpo.trial_run.TrialRun.on_report",
+    "dvt_hpo.launch.Launcher.start",
+    "dvt_hpo.recovery.record_heartbeat",
+    "dvt_hpo.recovery.reconcile",
+    "dvt_hpo.recovery.retried_trial_number",
+    "dvt_hpo.recovery.Ledger.refresh",
+    "dvt_hpo.recovery.Ledger.budget",
+    "dvt_hpo.space.sample",
+    "dvt_hpo.space.apply",
+    "dvt_hpo.trial_config.store_base",
+    "dvt_hpo.study_loop.StudyRunner._record",
+    "dvt_hpo.study_loop.StudyRunner.print_summary",
+]
+
+
+@pytest.mark.parametrize(
+    "target", BOOKKEEPING, ids=lambda t: t.rsplit(".", 2)[-2] + "." + t.rsplit(".", 1)[-1]
+)
+def test_an_exception_in_any_bookkeeping_step_ends_the_trial_or_the_run(
+    write_study: Callable[..., Path],
+    unique_name: str,
+    target: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(f"injected in {target}")
+
+    monkeypatch.setattr(target, broken)
+    doc = toy(unique_name, [{"do": "curve", "values": [0.1, 0.2]}], trials={"warm": False})
+    spec = load_spec(write_study(doc))
+    ended = threading.Event()
+    errors: list[BaseException] = []
+
+    def go() -> None:
+        try:
+            StudyRunner(spec, out=lambda line: None).run()
+        except BaseException as exc:  # noqa: BLE001 - the test inspects it
+            errors.append(exc)
+        finally:
+            ended.set()
+
+    threading.Thread(target=go, daemon=True).start()
+    assert ended.wait(60), f"the run hung with an exception in {target}"
+    if errors:
+        # The run ended with one line (the CLI's exit 1), never an unexpected exception type.
+        (error,) = errors
+        assert isinstance(error, StudyStopped), repr(error)
+    study = (
+        optuna.load_study(study_name=unique_name, storage=spec.study.storage)
+        if _exists(spec)
+        else None
+    )
+    if study is not None:
+        # No trial is left RUNNING for a later run to wait on.
+        assert not study.get_trials(states=(State.RUNNING,)), [
+            (t.number, t.state) for t in study.trials
+        ]
+
+
+def _exists(spec: Any) -> bool:
+    try:
+        optuna.load_study(study_name=spec.study.name, storage=spec.study.storage)
+    except KeyError:
+        return False
+    return True
+
+
+def _params(study: optuna.Study) -> list[float]:
+    return [t.params["x"] for t in sorted(study.trials, key=lambda t: t.number)]
+
+
+def test_a_seeded_single_worker_is_reproducible_and_a_resume_does_not_replay(
+    write_study: Callable[..., Path], tmp_path: Path
+) -> None:
+    def study(name: str, n: int) -> optuna.Study:
+        doc = toy(name, [{"do": "curve", "values": [0.5]}], trials={"warm": False})
+        doc["study"].update(n_trials=n, storage=f"sqlite:///{name}.db")
+        return run(write_study(doc, f"{name}.yaml"))
+
+    first = _params(study("a", 2))
+    assert _params(study("b", 2)) == first  # same seed, fresh study: same params
+    resumed = _params(study("a", 4))
+    assert resumed[:2] == first
+    assert not set(resumed[2:]) & set(first)  # the resume continues, no replay
+
+
+@pytest.mark.parametrize("n_workers", [2, 4])
+def test_seeded_workers_started_together_never_run_the_same_params(
+    postgres_url: str, write_study: Callable[..., Path], unique_name: str, n_workers: int
+) -> None:
+    doc = toy(unique_name, [{"do": "curve", "values": [0.5]}], trials={"warm": False})
+    doc["study"].update(storage=postgres_url, n_trials=2 * n_workers)
+    path = write_study(doc)
+    # The study exists before they start, as it does for workers started on a team's database.
+    optuna.create_study(storage=postgres_url, study_name=unique_name, direction="maximize")
+    barrier = f"import time; t = {time.time() + 3.0!r}; time.sleep(max(0, t - time.time()))"
+    workers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                f"{barrier}; import sys; from dvt_hpo.cli import main; "
+                f"sys.exit(main(['run', {str(path)!r}]))",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(n_workers)
+    ]
+    try:
+        outputs = [w.communicate(timeout=240)[0] for w in workers]
+        assert [w.returncode for w in workers] == [0] * n_workers, outputs
+        study = optuna.load_study(study_name=unique_name, storage=postgres_url)
+        params = [t.params["x"] for t in study.trials if "x" in t.params]
+        assert len(params) >= 2 * n_workers
+        assert len(set(params)) == len(params), sorted(params)
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+        optuna.delete_study(study_name=unique_name, storage=postgres_url)
+
+
+def test_a_resumed_run_says_which_trials_it_waits_for_and_how_long(
+    write_study: Callable[..., Path], unique_name: str
+) -> None:
+    doc = toy(unique_name, [{"do": "curve", "values": [0.5]}], trials={"warm": False})
+    doc["study"].update(n_trials=1, grace_period_s=3, heartbeat_interval_s=1)
+    path = write_study(doc)
+    spec = load_spec(path)
+    # An orchestrator that asked trial 0, beat once and died (kill -9).
+    from dvt_hpo.recovery import record_heartbeat
+    from dvt_hpo.storage import HeartbeatSettings, open_storage
+
+    storage = open_storage(spec.study.storage, HeartbeatSettings(1, 3, 1))
+    dead = optuna.create_study(storage=storage, study_name=unique_name, direction="maximize")
+    trial = dead.ask()
+    trial.suggest_float("x", 0.0, 1.0)
+    record_heartbeat(storage, trial._trial_id)
+
+    lines: list[str] = []
+    study = run(path, lines=lines)
+    start = next(line for line in lines if line.startswith(f"study {unique_name!r}"))
+    assert "maximize score (best)" in start and "0/1 trials done" in start, start
+    waiting = [line for line in lines if line.startswith("waiting for")]
+    assert len(waiting) == 1, lines
+    assert "trial 0 (last heartbeat" in waiting[0] and "study.grace_period_s=3" in waiting[0]
+    # Then it was failed as stale and its copy ran here.
+    assert [t.state for t in study.trials] == [State.FAIL, State.COMPLETE]
+    assert study.trials[1].params == study.trials[0].params
+
+
+def test_two_workers_that_opened_the_study_together_sample_different_params(
+    write_study: Callable[..., Path], unique_name: str
+) -> None:
+    # The race of the PostgreSQL test above, made certain: both workers open the study (and
+    # see the same number of trials) before either asks for one.
+    from dvt_hpo import devices
+
+    doc = toy(unique_name, [{"do": "curve", "values": [0.5]}], trials={"warm": False})
+    doc["study"]["n_trials"] = 4
+    spec = load_spec(write_study(doc))
+    workers = [StudyRunner(spec, out=lambda line: None) for _ in range(2)]
+    for worker in workers:
+        worker.open_study()
+    slot = devices.split_devices("cpu", 1)[0]
+    try:
+        for worker in workers:
+            assert worker._launch(slot)
+    finally:
+        for worker in workers:
+            for _ in list(worker.running):
+                worker.events.get(timeout=60)
+            worker.launcher.close()
+    study = optuna.load_study(study_name=unique_name, storage=spec.study.storage)
+    first, second = (t.params["x"] for t in study.trials)
+    assert first != second

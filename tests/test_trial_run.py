@@ -8,9 +8,12 @@ import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
+import optuna
 import pytest
 
 from dvt_hpo import run_study
+from dvt_hpo.spec import load_spec
+from dvt_hpo.study_loop import StudyStopped
 from dvt_hpo.trial_run import MAX_HISTORY_POINTS, history_attr
 from tests.conftest import toy_study
 
@@ -123,7 +126,10 @@ def test_a_trial_speaking_another_protocol_version_fails_once_with_the_reason(
     monkeypatch.setattr(protocol, "PROTOCOL_VERSION", protocol.PROTOCOL_VERSION + 1)
     doc = toy_study(unique_name, study={"n_trials": 1})
     doc["trainer"]["config"] = {"actions": [{"do": "sleep", "seconds": 60}]}
-    study = run_study(write_study(doc), out=lambda line: None)
+    path = write_study(doc)
+    with pytest.raises(StudyStopped, match="no trial of this run succeeded"):
+        run_study(path, out=lambda line: None)
+    study = optuna.load_study(study_name=unique_name, storage=load_spec(path).study.storage)
     (trial,) = study.trials  # failed, and not retried: rerunning cannot help
     assert trial.state.name == "FAIL"
     reason = trial.user_attrs["reason"]

@@ -296,7 +296,10 @@ def test_without_control_socket_it_runs_locally(start_trial: Callable[..., Trial
     assert trial.wait() == EXIT_OK
     assert trial.stdout().splitlines() == ["epoch 0: score=0.25", "epoch 1: score=0.5"]
     assert trial.server.n_accepted == 0
-    assert (trial.result() or {}).get("metrics") == {"score": 0.5}
+    # Run by hand: the result goes to a rerun-*.json, never over the trial's result.json.
+    assert trial.result() is None
+    (rerun,) = trial.dir.glob("rerun-*.json")
+    assert json.loads(rerun.read_text()).get("metrics") == {"score": 0.5}
 
 
 def test_a_late_decision_does_not_stop_training(start_trial: Callable[..., Trial]) -> None:
@@ -420,3 +423,53 @@ def test_torchrun_prune_then_stop_kills_every_rank(
     assert [pid for pid in pids.values() if pid_alive(pid)] == []
     result = trial.result()
     assert result is not None and (result["status"], result["step"]) == ("pruned", 1)
+
+
+def test_a_payload_rerun_by_hand_from_another_folder_finds_the_trainer_and_keeps_the_result(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+    import sys
+
+    study_dir = tmp_path / "study"
+    study_dir.mkdir()
+    # A trainer beside the study file, reading a file relative to the study folder.
+    (study_dir / "handmade_trainer.py").write_text(
+        "from pathlib import Path\n"
+        "def run(config, ctx):\n"
+        "    value = float(Path(config['data']).read_text())\n"
+        "    ctx.report(0, {'score': value})\n"
+        "    return {'score': value}\n"
+    )
+    (study_dir / "value.txt").write_text("0.75")
+    trial_dir = tmp_path / "runs" / "trial-0003"
+    trial_dir.mkdir(parents=True)
+    TrialPayload(
+        entrypoint="handmade_trainer:run",
+        config={"data": "value.txt"},
+        trial_number=3,
+        trial_dir=str(trial_dir),
+        study_dir=str(study_dir),
+    ).write(trial_dir / "payload.json")
+    original = '{"status": "ok", "metrics": {"score": 0.5}}'
+    (trial_dir / "result.json").write_text(original)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in base_env().items() if k != "DVT_HPO_CONTROL"}
+    env["PYTHONPATH"] = str(REPO_ROOT)  # not the study folder: the payload says where it is
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "dvt_hpo.worker", str(trial_dir / "payload.json")],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+    )
+
+    assert proc.returncode == EXIT_OK, proc.stderr
+    assert "epoch 0: score=0.75" in proc.stdout
+    assert (trial_dir / "result.json").read_text() == original
+    (rerun,) = trial_dir.glob("rerun-*.json")
+    assert json.loads(rerun.read_text())["metrics"] == {"score": 0.75}
+    assert str(rerun) in proc.stderr

@@ -182,6 +182,10 @@ def check_runnable(doc: Doc, spec: StudySpec) -> None:
         check_storage_driver(spec.study.storage)
     except SpecError as exc:
         raise doc.error(("study", "storage"), exc.message) from None
+    from dvt_hpo.study_setup import runs_dir_problem
+
+    if (problem := runs_dir_problem(spec.trials.runs_dir)) is not None:
+        raise doc.error(("trials", "runs_dir"), f"{problem}; it must be a writable folder")
     trials = spec.trials
     on_cpu = isinstance(trials.devices, str) and trials.devices.strip().lower() == "cpu"
     # nvidia-smi costs a process start; trials.devices: cpu never needs it.
