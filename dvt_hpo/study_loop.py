@@ -21,7 +21,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from dvt_hpo import devices, launch, recovery, run_messages, space, stop_rules, trial_config
 from dvt_hpo.events import StudyEnded, StudyObserver, StudyStarted, TrialFinished, TrialStarted
@@ -30,6 +30,7 @@ from dvt_hpo.import_path import child_pythonpath
 from dvt_hpo.observers import Observers, study_observers
 from dvt_hpo.spec import BUILTIN_ENTRYPOINT
 from dvt_hpo.storage import redact_url
+from dvt_hpo.storage_errors import with_retry
 from dvt_hpo.study_setup import (
     StudyCache,
     check_runs_dir,
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 # Exit code of a run stopped by Ctrl-C (128 + SIGINT), as shells report it.
 EXIT_INTERRUPTED = 130
 _log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class StudyStopped(DvtHpoError):
@@ -76,6 +78,7 @@ class StudyRunner:
         self.observers = Observers(self._extra_observers, self.out)
         self._prints_trial_lines = True
         self.study_lock = threading.RLock()
+        self._db_down_since: float | None = None  # monotonic time the outage was first seen
         self.events: queue.Queue[TrialOutcome] = queue.Queue()
         self.running: dict[int, TrialRun] = {}
         self.child_env = {
@@ -148,8 +151,33 @@ class StudyRunner:
 
     def budget(self) -> recovery.Budget:
         with self.study_lock:
-            self.ledger.refresh()
+            self.db(self.ledger.refresh, "counting the budget")
             return self.ledger.budget(self.running.__contains__)
+
+    def db(self, call: Callable[[], T], what: str) -> T:
+        """``call()`` on the study's storage, retried while the database is unreachable for up
+        to ``study.storage_retry_s`` (then one StorageError line); said once per outage."""
+
+        def on_retry(exc: BaseException, waited_s: float) -> None:
+            if self._db_down_since is None:
+                self._db_down_since = time.monotonic()
+                self.out(
+                    f"database unreachable ({redact_url(self.spec.study.storage)}): retrying "
+                    f"for up to {self.spec.study.storage_retry_s:g} s; trials keep training"
+                )
+
+        result = with_retry(
+            call,
+            retry_s=self.spec.study.storage_retry_s,
+            what=what,
+            url=self.spec.study.storage,
+            on_retry=on_retry,
+        )
+        if self._db_down_since is not None:
+            down_s = time.monotonic() - self._db_down_since
+            self._db_down_since = None
+            self.out(f"database reachable again after {down_s:.0f} s")
+        return result
 
     def _heartbeat_loop(self) -> None:
         interval_s = self.spec.study.heartbeat_interval_s
@@ -328,7 +356,7 @@ class StudyRunner:
         """Ask for a trial and start it in ``slot``; False when the study's budget turned out
         to be used up by another worker between our count and our ask."""
         with self.study_lock:
-            trial = self.study.ask()
+            trial = self.db(self.study.ask, "asking for a trial")
         try:
             return self._start(trial, slot)
         except KeyboardInterrupt:

@@ -145,9 +145,13 @@ class TrialRun:
             self.stop_event.set()
             return True
         if value is not None:
-            with self.loop.study_lock:
+
+            def decide() -> bool:
                 self.trial.report(float(value), int(step))
-                prune = self.trial.should_prune()
+                return bool(self.trial.should_prune())
+
+            with self.loop.study_lock:
+                prune = self.loop.db(decide, "a pruning decision")
         if prune:
             self.pruned_step = int(step)
             self.stop_event.set()
@@ -340,10 +344,18 @@ class TrialRun:
         value = outcome.value
         with self.loop.study_lock:
             study = self.loop.study
+            # skip_if_finished: a tell retried after an outage may have landed the first time.
             if outcome.state == "COMPLETE":
-                study.tell(self.trial, value)
+                self.loop.db(
+                    lambda: study.tell(self.trial, value, skip_if_finished=True), "recording"
+                )
             elif outcome.state == "PRUNED":
-                value = study.tell(self.trial, state=_state("PRUNED")).value
+                value = self.loop.db(
+                    lambda: (
+                        study.tell(self.trial, state=_state("PRUNED"), skip_if_finished=True).value
+                    ),
+                    "recording",
+                )
             elif outcome.retry:
                 recovery.fail_attempt(
                     study,
@@ -353,7 +365,10 @@ class TrialRun:
                     max_retries=self.spec.trials.max_retries,
                 )
             else:
-                study.tell(self.trial, state=_state("FAIL"), skip_if_finished=True)
+                self.loop.db(
+                    lambda: study.tell(self.trial, state=_state("FAIL"), skip_if_finished=True),
+                    "recording",
+                )
         self._apply_keep_logs(outcome.state)
         bs = self.attrs.get("batch_size")
         return TrialOutcome(
@@ -384,7 +399,10 @@ class TrialRun:
         with self.loop.study_lock:
             for key, value in attrs.items():
                 try:
-                    self.trial.set_user_attr(key, value)
+                    self.loop.db(
+                        lambda key=key, value=value: self.trial.set_user_attr(key, value),
+                        "recording",
+                    )
                 except optuna.exceptions.UpdateFinishedTrialError:
                     # Another worker failed it as stale (and retried it): its record stands.
                     return

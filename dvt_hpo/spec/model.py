@@ -62,6 +62,8 @@ class StudySection:
     max_failures: int | float | None = domain(None)
     heartbeat_interval_s: int = rule(10, ge=1)
     grace_period_s: int = rule(20, ge=1)  # default: 2 * heartbeat_interval_s
+    # How long storage calls of a running study retry while the database is unreachable.
+    storage_retry_s: float = rule(120.0, ge=0)
 
 
 @dataclass(frozen=True)

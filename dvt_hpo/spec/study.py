@@ -100,6 +100,7 @@ def read_study(r: Reader, root: Mapping[str, Any], parallel: int) -> StudySectio
         max_failures=max_failures,
         heartbeat_interval_s=heartbeat,
         grace_period_s=grace,
+        storage_retry_s=sec.get("storage_retry_s", 120.0),
     )
 
 

@@ -112,3 +112,39 @@ def test_pooled_connections_are_renewed_after_a_restart(
     postgres_cluster.start()
     study.tell(study.ask(), 0.7)
     assert len(study.trials) == 2
+
+
+def test_a_study_rides_out_a_server_restart_and_loses_no_trial(
+    postgres_cluster: PostgresCluster, write_study: Callable[..., object]
+) -> None:
+    """``dvt-hpo run`` while the server stops for OUTAGE_S seconds mid-study: the running trial
+    keeps training, its reports wait, and every trial completes; the run exits 0."""
+    from tests.conftest import toy_study
+    from tests.test_recovery import Orchestrator
+
+    name = "outage-study"
+    doc = toy_study(name, study={"storage": postgres_cluster.url, "n_trials": 3})
+    doc["study"]["grace_period_s"] = 60
+    doc["trainer"]["config"] = {"curve": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], "sleep_s": 1.0}
+    run = Orchestrator(write_study(doc))  # type: ignore[arg-type]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # the study lives in the database: poll it
+        time.sleep(0.2)
+        try:
+            study = optuna.load_study(study_name=name, storage=postgres_cluster.url)
+        except KeyError:
+            continue
+        if any(t.intermediate_values for t in study.get_trials(deepcopy=False)):
+            break
+    else:
+        raise AssertionError(f"no trial reported within 60 s:\n{run.output()}")
+    postgres_cluster.stop()
+    time.sleep(OUTAGE_S)  # the outage itself: nothing to await
+    postgres_cluster.start()
+    code, out = run.finish(timeout_s=180)
+    assert code == 0, out
+    assert "database unreachable" in out and "database reachable again" in out, out
+    study = optuna.load_study(study_name=name, storage=postgres_cluster.url)
+    trials = study.get_trials(deepcopy=False)
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 3, out
+    assert all(len(t.intermediate_values) == 6 for t in trials)
