@@ -20,7 +20,7 @@ import yaml
 
 from tests.backends.conftest import ENTRYPOINT, REPO_ROOT, SCHEMA, needs_dvt
 
-pytestmark = [needs_dvt, pytest.mark.processes, pytest.mark.timeout(600)]
+pytestmark = [needs_dvt, pytest.mark.processes, pytest.mark.timeout(900)]
 
 LR_GOOD, LR_FROZEN = 3e-3, 0.0
 # Training loss after 2 epochs (batch 8): about 0.07 when training, above 0.3 when frozen.
@@ -220,8 +220,8 @@ def test_a_two_rank_torchrun_trial(
     folder = Path(trial.user_attrs["log_dir"])
     # No rank failed: the other rank learnt the decision and left its loop cleanly.
     assert list(folder.glob("error-rank*.json")) == []
-    hellos = json.loads((folder / "result.json").read_text())
-    assert hellos["status"] == ("ok" if state == optuna.trial.TrialState.COMPLETE else "pruned")
+    result = json.loads((folder / "result.json").read_text())
+    assert result["status"] == ("ok" if state == optuna.trial.TrialState.COMPLETE else "pruned")
     assert trial.user_attrs["n_params"] == unet_params(None)
     # The batch-size search ran on both ranks and agreed (all-reduce MIN) on 4.
     assert trial.user_attrs["batch_size"] == 4
