@@ -151,7 +151,7 @@ class ReportHook(Hook):
         stop = error is not None
         if self.distributed:
             # The other ranks learn the chief's decision at the same epoch.
-            flag = torch.tensor([1 if stop else 0], dtype=torch.int64)
+            flag = torch.tensor([1 if stop else 0], dtype=torch.int64, device=_comm_device())
             dist.all_reduce(flag)
             stop = bool(flag.item())
         if stop:
@@ -178,8 +178,16 @@ def _init_distributed(device: str) -> bool:
     return True
 
 
+def _comm_device() -> torch.device:
+    # NCCL reduces CUDA tensors only; gloo CPU ones.
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def _agree(n: int) -> int:
-    value = torch.tensor([n], dtype=torch.int64)
+    """All ranks take the smallest batch size any of them found."""
+    value = torch.tensor([n], dtype=torch.int64, device=_comm_device())
     dist.all_reduce(value, op=dist.ReduceOp.MIN)
     return int(value.item())
 
