@@ -17,9 +17,10 @@ TPE (``seed``, 3 startup trials), median pruner (2 startup trials, 1 warm-up epo
 - ``dvt-hpo``: ``dvt-hpo run`` of the same study (SQLite, one trial at a time, each trial a
   process that imports deepvisiontools: "cold" starts; ``logging.backends: []``).
 
-Columns: wall time of the whole study (process start to exit), best value, trials pruned of
-N, and whether every trial trained the architecture it sampled (its parameter count equals
-the one of the U-Net built by smp from the sampled kwargs).
+Columns: wall time of the whole study (process start to exit), best value, whether the best
+trial trained the architecture its params name, trials pruned of N, and how many trials trained
+the architecture they sampled (the parameter count equals the one of the U-Net smp builds from
+the sampled kwargs).
 """
 
 from __future__ import annotations
@@ -252,12 +253,18 @@ def run_dvt_hpo(
 def summarize(
     wall: float, trials: list[dict[str, Any]], expected: dict[Any, int]
 ) -> dict[str, Any]:
-    values = [t["value"] for t in trials if t["state"] == "COMPLETE" and t["value"] is not None]
+    def is_faithful(trial: dict[str, Any]) -> bool:
+        return trial["n_params"] == expected[trial["params"]["attention"]]
+
+    complete = [t for t in trials if t["state"] == "COMPLETE" and t["value"] is not None]
+    best = max(complete, key=lambda t: t["value"]) if complete else None
     trained = [t for t in trials if t["n_params"] is not None]
-    faithful = sum(t["n_params"] == expected[t["params"]["attention"]] for t in trained)
+    faithful = sum(is_faithful(t) for t in trained)
     return {
         "wall": wall,
-        "best": max(values) if values else float("nan"),
+        "best": best["value"] if best else float("nan"),
+        # Whether the best value was reached by the architecture its params name.
+        "best_faithful": "yes" if best and is_faithful(best) else "no",
         "pruned": sum(t["state"] == "PRUNED" for t in trials),
         "failed": sum(t["state"] == "FAIL" for t in trials),
         "n": len(trials),
@@ -285,9 +292,10 @@ def main() -> int:
     expected = {attention: expected_params(attention) for attention in ATTENTION}
     print(f"workdir {workdir}; {args.trials} trials x {args.epochs} epochs; params {expected}")
     print(
-        "| seed | runner | wall s | best valid/f1/cls1 | pruned / trials | failed | trained = sampled |"
+        "| seed | runner | wall s | best valid/f1/cls1 | best trial trained its params "
+        "| pruned / trials | failed | trained = sampled |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     totals: dict[str, list[dict[str, Any]]] = {"run_optuna": [], "dvt-hpo": []}
     for seed in args.seeds:
         for name, runner in (("run_optuna", run_run_optuna), ("dvt-hpo", run_dvt_hpo)):
@@ -295,7 +303,8 @@ def main() -> int:
             row = summarize(wall, trials, expected)
             totals[name].append(row)
             print(
-                f"| {seed} | {name} | {row['wall']:.1f} | {row['best']:.4f} | {row['pruned']} / {row['n']} "
+                f"| {seed} | {name} | {row['wall']:.1f} | {row['best']:.4f} | {row['best_faithful']} "
+                f"| {row['pruned']} / {row['n']} "
                 f"| {row['failed']} | {row['faithful']} |",
                 flush=True,
             )
