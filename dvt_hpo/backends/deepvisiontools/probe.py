@@ -1,0 +1,85 @@
+"""The batch-size probe of the deepvisiontools backend: real steps through its own loader.
+
+``fits(n)`` builds the trial's model and optimizer the way deepvisiontools' Trainer does
+(``TrainerConfig.from_yaml`` -> ``model_spec``, ``build_param_groups``, ``cfg.optim``), draws
+real samples through a ``DeepVisionLoader`` of batch size ``n`` (its collation and the
+dataset's augmentations; sampled with replacement, so sizes above the dataset's length are
+probed too), runs 2 training steps (forward, loss, backward, optimizer step with its state
+allocated) and 1 evaluation step. Out-of-memory errors propagate to the search, which tells
+them from other errors (``dvt_hpo.batch_size.is_out_of_memory``).
+"""
+
+from __future__ import annotations
+
+import gc
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from deepvisiontools.datasets import DeepVisionLoader
+from deepvisiontools.train.trainer import build_param_groups
+from torch.utils.data import RandomSampler
+
+STEPS = 2
+
+
+def make_fits(
+    load: Callable[[Any], Any], train_set: Any, device: torch.device
+) -> Callable[[int], Any]:
+    """``fits(n)`` for ``ctx.find_batch_size``; ``load(loader)`` returns a fresh TrainerConfig
+    (whose model is built from the trial's ``model_spec``) for that loader."""
+    cuda = device.type == "cuda"
+
+    def fits(n: int) -> Any:
+        cfg = model = optimizer = loader = batch = out = loss = None
+        try:
+            if cuda:
+                torch.cuda.synchronize(device)
+                torch.cuda.reset_peak_memory_stats(device)
+            sampler = RandomSampler(train_set, replacement=True, num_samples=n * (STEPS + 1))
+            loader = DeepVisionLoader(train_set, batch_size=n, sampler=sampler, shuffle=False)
+            cfg = load(loader)
+            model = cfg.build_model().to(device)
+            optimizer = cfg.optim(build_param_groups(model, cfg))
+            amp = bool(cfg.precision.amp) and cuda
+            dtype = torch.bfloat16 if cfg.precision.amp_dtype == "bf16" else torch.float16
+            batches = iter(loader)
+            model.train()
+            for _ in range(STEPS):
+                batch = next(batches)
+                with torch.autocast(device.type, enabled=amp, dtype=dtype):
+                    out = model.train_step(batch[0], batch[1])
+                    loss = out.globalloss()
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                out = loss = None
+            batch = next(batches)
+            model.eval()
+            with torch.no_grad(), torch.autocast(device.type, enabled=amp, dtype=dtype):
+                out = model.eval_step(batch[0], batch[1])
+            if not cuda:
+                return True
+            from dvt_hpo.batch_size import Probe
+
+            torch.cuda.synchronize(device)
+            return Probe(
+                fits=True,
+                peak_bytes=torch.cuda.max_memory_allocated(device),
+                available_bytes=torch.cuda.get_device_properties(device).total_memory,
+            )
+        except BaseException as exc:
+            # Frames in the traceback hold activations; free them before the search decides.
+            traceback.clear_frames(exc.__traceback__)
+            raise
+        finally:
+            del cfg, model, optimizer, loader, batch, out, loss
+            if cuda:
+                gc.collect()
+                torch.cuda.empty_cache()
+
+    return fits
+
+
+__all__ = ["make_fits"]

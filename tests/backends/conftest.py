@@ -1,0 +1,40 @@
+"""Fixtures of the backend tests: the example study's trainer config and a tiny dataset."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dvt_hpo.backends.deepvisiontools.demo_data import write_dataset
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE_DIR = REPO_ROOT / "studies" / "deepvisiontools"
+ENTRYPOINT = "dvt_hpo.backends.deepvisiontools:run"
+SCHEMA = "dvt_hpo.backends.deepvisiontools:BackendConfig"
+
+HAS_DVT = importlib.util.find_spec("deepvisiontools") is not None
+needs_dvt = pytest.mark.skipif(
+    not HAS_DVT,
+    reason="deepvisiontools is not installed here: it runs in its own virtualenv "
+    "(.venv-dvt, see .ci/run) so the core suite keeps torch 2.13.0",
+)
+
+
+def example_trainer_config() -> dict[str, Any]:
+    """The example study's trainer.yaml (one source for the example and the tests)."""
+    return yaml.safe_load((EXAMPLE_DIR / "trainer.yaml").read_text())
+
+
+@pytest.fixture
+def trainer_config() -> dict[str, Any]:
+    return example_trainer_config()
+
+
+@pytest.fixture(scope="session")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """16 train and 8 valid 64x64 images with binary masks (generated once per session)."""
+    return write_dataset(tmp_path_factory.mktemp("seg") / "data", classes=1, seed=0)
