@@ -38,7 +38,7 @@ from dvt_hpo.study_setup import (
     reseeded_sampler,
     study_settings,
 )
-from dvt_hpo.trial_run import TrialOutcome, TrialRun
+from dvt_hpo.trial_run import TrialOutcome, TrialRun, tell
 
 if TYPE_CHECKING:
     import optuna
@@ -375,7 +375,7 @@ class StudyRunner:
             with contextlib.suppress(Exception), self.study_lock:
                 trial.set_user_attr("status", "failed")
                 trial.set_user_attr("reason", f"orchestrator error: {type(exc).__name__}: {exc}")
-                self.study.tell(trial, state=_state("FAIL"), skip_if_finished=True)
+                tell(self.study, trial, state=_state("FAIL"), skip_if_finished=True)
             raise
 
     def _start(self, trial: optuna.Trial, slot: devices.Slot) -> bool:
@@ -401,7 +401,7 @@ class StudyRunner:
                 trial.set_user_attr(
                     "reason", "another worker took the last trial of study.n_trials first"
                 )
-                self.study.tell(trial, state=_state("FAIL"))
+                tell(self.study, trial, state=_state("FAIL"))
                 return False
             params = space.sample(trial, spec.search_space)
         config = trial_config.trial_run_config(spec, params, trial.number)

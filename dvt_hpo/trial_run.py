@@ -347,12 +347,12 @@ class TrialRun:
             # skip_if_finished: a tell retried after an outage may have landed the first time.
             if outcome.state == "COMPLETE":
                 self.loop.db(
-                    lambda: study.tell(self.trial, value, skip_if_finished=True), "recording"
+                    lambda: tell(study, self.trial, value, skip_if_finished=True), "recording"
                 )
             elif outcome.state == "PRUNED":
                 value = self.loop.db(
                     lambda: (
-                        study.tell(self.trial, state=_state("PRUNED"), skip_if_finished=True).value
+                        tell(study, self.trial, state=_state("PRUNED"), skip_if_finished=True).value
                     ),
                     "recording",
                 )
@@ -366,7 +366,7 @@ class TrialRun:
                 )
             else:
                 self.loop.db(
-                    lambda: study.tell(self.trial, state=_state("FAIL"), skip_if_finished=True),
+                    lambda: tell(study, self.trial, state=_state("FAIL"), skip_if_finished=True),
                     "recording",
                 )
         self._apply_keep_logs(outcome.state)
@@ -408,10 +408,22 @@ class TrialRun:
                     return
 
 
+def tell(study: optuna.Study, trial: optuna.Trial, *args: Any, **kwargs: Any) -> Any:
+    """``study.tell``, where a sampler's ``study.stop()`` is not an error. The grid sampler
+    stops the study when its grid is used up; outside ``Study.optimize`` Optuna raises that as
+    a RuntimeError after the trial was recorded. The loop's own budget decides when to stop."""
+    try:
+        return study.tell(trial, *args, **kwargs)
+    except RuntimeError as exc:
+        if "Study.stop" not in str(exc):
+            raise
+        return study._storage.get_trial(trial._trial_id)
+
+
 def _state(name: str) -> Any:
     from optuna.trial import TrialState
 
     return TrialState[name]
 
 
-__all__ = ["MAX_HISTORY_POINTS", "TrialOutcome", "TrialRun", "cache_key", "history_attr"]
+__all__ = ["MAX_HISTORY_POINTS", "TrialOutcome", "TrialRun", "cache_key", "history_attr", "tell"]

@@ -690,3 +690,17 @@ def test_two_workers_that_opened_the_study_together_sample_different_params(
     study = optuna.load_study(study_name=unique_name, storage=spec.study.storage)
     first, second = (t.params["x"] for t in study.trials)
     assert first != second
+
+
+def test_a_grid_used_up_by_the_budget_records_every_trial_complete(
+    write_study: Callable[..., Path], unique_name: str
+) -> None:
+    """The grid sampler calls study.stop() when its grid is used up, which Optuna raises outside
+    Study.optimize after the trial was recorded: the trial is COMPLETE, the run ends normally."""
+    doc = toy(unique_name, [{"do": "curve", "values": [0.5]}])
+    doc["study"]["sampler"] = {"kind": "grid"}
+    doc["search_space"] = [{"name": "c", "path": "c", "kind": "categorical", "choices": [1, 2]}]
+    lines: list[str] = []
+    study = run(write_study(doc), lines=lines)
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"], lines
+    assert not any("Study.stop" in line for line in lines), lines
