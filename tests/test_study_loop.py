@@ -656,7 +656,7 @@ def test_a_resumed_run_says_which_trials_it_waits_for_and_how_long(
     lines: list[str] = []
     study = run(path, lines=lines)
     start = next(line for line in lines if line.startswith(f"study {unique_name!r}"))
-    assert "maximize score (best)" in start and "0/1 trials done" in start, start
+    assert "maximize score (best of epochs)" in start and "0/1 trials done" in start, start
     waiting = [line for line in lines if line.startswith("waiting for")]
     assert len(waiting) == 1, lines
     assert "trial 0 (last heartbeat" in waiting[0] and "study.grace_period_s=3" in waiting[0]

@@ -66,6 +66,7 @@ def test_a_real_study_is_tracked_and_its_resume_reuses_the_parent_run(
         assert trial.user_attrs["mlflow_run_id"] == by_trial[trial.number].info.run_id
 
     # Resume with a larger budget: the same parent run, one new child, no duplicates.
+    stored.enqueue_trial({"fault": False, "x": 0.25})
     StudyRunner(load_spec(study_file, ["study.n_trials=4"]), out=lines.append).run()
     runs = client.search_runs([experiment.experiment_id])
     assert [r.info.run_id for r in runs if "mlflow.parentRunId" not in r.data.tags] == [
