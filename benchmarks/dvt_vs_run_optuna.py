@@ -97,7 +97,6 @@ def child_run_optuna(args: dict[str, Any]) -> None:
         SearchSpaceSpec,
         run_optuna,
     )
-    from dvt_hpo.train.schema import from_mapping, to_plain
 
     from dvt_hpo.backends.deepvisiontools.schema import BackendConfig
     from dvt_hpo.backends.deepvisiontools.training import (
@@ -106,6 +105,7 @@ def child_run_optuna(args: dict[str, Any]) -> None:
         build_loaders,
         load_config,
     )
+    from dvt_hpo.schema import from_mapping, to_plain
 
     config = to_plain(from_mapping(BackendConfig, args["config"]))
     spec = from_mapping(BackendConfig, config)

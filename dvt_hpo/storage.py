@@ -50,6 +50,13 @@ _SQLITE_BUSY_TIMEOUT_S = 120.0
 _CONNECT_TIMEOUT_S = 10
 
 _PACKAGES = {"psycopg": "psycopg[binary]", "psycopg2": "psycopg2-binary", "mysqldb": "mysqlclient"}
+# The dvt-hpo extra that installs a dialect's driver (mysqldb needs a C client library; the
+# extra brings the pure-Python PyMySQL, for mysql+pymysql:// URLs).
+_EXTRAS = {
+    "postgresql": ("postgres", ""),
+    "mysql": ("mysql", "mysql+pymysql://"),
+    "mariadb": ("mysql", "mariadb+pymysql://"),
+}
 
 
 def check_storage_driver(url: str, source: str | Path | None = None) -> None:
@@ -76,9 +83,16 @@ def check_storage_driver(url: str, source: str | Path | None = None) -> None:
         dialect.import_dbapi()
     except ImportError:
         package = _PACKAGES.get(dialect.driver, dialect.driver)
+        extra, scheme = _EXTRAS.get(dialect.name, ("", ""))
+        if extra and scheme and dialect.driver != "pymysql":
+            also = f"; or write {scheme}... and pip install 'dvt-hpo[{extra}]'"
+        elif extra:
+            also = f" (or pip install 'dvt-hpo[{extra}]')"
+        else:
+            also = ""
         raise SpecError(
             f"storage {redact_url(url)!r} needs the database driver {dialect.driver!r}: "
-            f"pip install {package!r} (or pip install 'dvt-hpo[postgres]')",
+            f"pip install {package!r}{also}",
             file=source,
             field="study.storage",
         ) from None

@@ -323,6 +323,7 @@ def test_bad_override_exits_2_naming_set(
 # run: trials, resume, budget, space changes
 
 
+@pytest.mark.processes
 def test_run_resume_extend_and_best(
     cli: Callable[..., Result], write_study: Callable[..., Path], tmp_path: Path
 ) -> None:
@@ -358,6 +359,7 @@ def test_run_resume_extend_and_best(
     assert f"x: {best_trial.params['x']}" in shown.out
 
 
+@pytest.mark.processes
 def test_run_applies_overrides_to_study_and_trainer_config(
     cli: Callable[..., Result], write_study: Callable[..., Path]
 ) -> None:
@@ -375,6 +377,7 @@ def test_run_applies_overrides_to_study_and_trainer_config(
     assert [t.value for t in stored_trials(path)] == [pytest.approx(0.25)]
 
 
+@pytest.mark.processes
 def test_space_change_is_refused_unless_allowed(
     cli: Callable[..., Result], write_study: Callable[..., Path]
 ) -> None:
@@ -401,6 +404,7 @@ def test_space_change_is_refused_unless_allowed(
     assert set(stored_trials(path)[1].params) == {"x", "y"}
 
 
+@pytest.mark.processes
 def test_trial_without_the_objective_metric_fails_listing_what_it_reported(
     cli: Callable[..., Result], write_study: Callable[..., Path]
 ) -> None:
@@ -420,6 +424,7 @@ def test_trial_without_the_objective_metric_fails_listing_what_it_reported(
     assert reason in result.out
 
 
+@pytest.mark.processes
 def test_max_failures_stops_the_study_with_exit_1(
     write_study: Callable[..., Path], tmp_path: Path
 ) -> None:
@@ -573,6 +578,7 @@ def test_best_export_then_train_round_trip(
     assert (output_dir / "checkpoints" / "last.pt").is_file()
 
 
+@pytest.mark.processes
 def test_train_reads_yaml_numbers_as_the_study_file_does(
     cli: Callable[..., Result], tmp_path: Path
 ) -> None:
@@ -854,6 +860,7 @@ def test_best_export_writes_one_file_atomically(
         pytest.param("truncated", 1, id="truncated-in-a-dataloader-worker", marks=PROCESSES),
     ],
 )
+@pytest.mark.processes
 def test_train_on_a_corrupt_image_names_the_file_without_a_traceback(
     cli: Callable[..., Result], tmp_path: Path, damage: str, workers: int
 ) -> None:

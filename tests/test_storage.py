@@ -269,3 +269,24 @@ def test_creation_races_are_retried_and_other_errors_are_not(tmp_path: Path) -> 
         retry_creation_race(bad_sql)
     assert not is_creation_race(info.value)
     engine.dispose()
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("mysql://u:pw@h/db", "or write mysql+pymysql://... and pip install 'dvt-hpo[mysql]'"),
+        ("mysql+pymysql://u:pw@h/db", "pip install 'pymysql' (or pip install 'dvt-hpo[mysql]')"),
+    ],
+)
+def test_a_missing_mysql_driver_names_the_mysql_extra(url: str, expected: str) -> None:
+    import importlib.util
+
+    from dvt_hpo.exceptions import SpecError
+    from dvt_hpo.storage import check_storage_driver
+
+    if importlib.util.find_spec("MySQLdb") or importlib.util.find_spec("pymysql"):
+        pytest.skip("a MySQL driver is installed here")
+    with pytest.raises(SpecError) as info:
+        check_storage_driver(url)
+    assert expected in str(info.value) and "postgres" not in str(info.value)
+    assert "pw" not in str(info.value)

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 import yaml
-from dvt_hpo.train.schema import from_mapping
 
 from dvt_hpo.backends.deepvisiontools import BackendConfig, isolation
 from dvt_hpo.backends.deepvisiontools.demo_data import write_dataset
@@ -22,6 +21,7 @@ from dvt_hpo.backends.deepvisiontools.scoring import (
     library_metrics,
 )
 from dvt_hpo.exceptions import SpecError
+from dvt_hpo.schema import from_mapping
 from dvt_hpo.spec import load_spec
 from tests.backends.conftest import ENTRYPOINT, EXAMPLE_DIR, REPO_ROOT, SCHEMA
 

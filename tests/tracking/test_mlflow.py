@@ -13,6 +13,9 @@ import optuna
 import pytest
 
 pytest.importorskip("mlflow", reason="the mlflow extra is not installed")
+# A real tracking store (SQLAlchemy migrations) and the observer's worker thread: seconds
+# each, one waits out a store that stops answering.
+pytestmark = pytest.mark.processes
 
 from mlflow.tracking import MlflowClient  # noqa: E402
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from dvt_hpo.backends.deepvisiontools.schema import BackendConfig
-from dvt_hpo.train.schema import from_mapping
+from dvt_hpo.schema import from_mapping
 
 
 def run(config: Mapping[str, Any], ctx: Any) -> dict[str, float]:
