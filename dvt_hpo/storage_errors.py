@@ -192,6 +192,8 @@ _DISCONNECT_WORDS = (
     "the database system is in recovery mode",
     "ssl connection has been closed",
     "connection reset",
+    "server closed",
+    "administrator command",
     "broken pipe",
     "connection timed out",
     "consuming input failed",
@@ -215,6 +217,13 @@ def is_connection_error(exc: BaseException) -> bool:
             return True
         if module in ("sqlite3",):
             return False
+        mro = {c.__name__ for c in type(e).__mro__}
+        if module in ("psycopg", "psycopg2") and "OperationalError" in mro:
+            # Its subclasses (AdminShutdown when a server stops mid-transaction,
+            # CannotConnectNow while it starts) are the server going away or coming back.
+            return True
+        if module == "sqlalchemy" and name == "PendingRollbackError":
+            return True  # a session whose connection dropped mid-transaction
         if name in ("OperationalError", "InterfaceError") and module in (
             "psycopg",
             "psycopg2",

@@ -125,7 +125,8 @@ def test_a_study_rides_out_a_server_restart_and_loses_no_trial(
     name = "outage-study"
     doc = toy_study(name, study={"storage": postgres_cluster.url, "n_trials": 3})
     doc["study"]["grace_period_s"] = 60
-    doc["trainer"]["config"] = {"curve": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], "sleep_s": 1.0}
+    values = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
+    doc["trainer"]["config"] = {"actions": [{"do": "curve", "values": values, "sleep_s": 1.0}]}
     run = Orchestrator(write_study(doc))  # type: ignore[arg-type]
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # the study lives in the database: poll it
