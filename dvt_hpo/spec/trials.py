@@ -102,17 +102,8 @@ def read_preload(r: Reader, sec: Mapping[str, Any], key: Key) -> tuple[str, ...]
 def read_log_limit(r: Reader, sec: Mapping[str, Any], key: Key) -> int | None:
     if "log_limit" not in sec:
         return TrialsSpec().log_limit
-    value = sec["log_limit"]
-    if value is None:
-        return None
-    fkey = (*key, "log_limit")
-    try:
-        size = parse_bytes(value)
-    except ValueError as exc:
-        raise r.err(fkey, f"must be null (no cap) or a size such as '10MiB': {exc}") from None
-    if size < _MIN_LOG_LIMIT:
-        raise r.err(fkey, f"must be at least {format_bytes(_MIN_LOG_LIMIT)} per log, got {value!r}")
-    return size
+    forms = "null (no cap) or a size such as '10MiB'"
+    return _read_size(r, sec, key, "log_limit", _MIN_LOG_LIMIT, forms, " per log")
 
 
 def read_devices(r: Reader, sec: Mapping[str, Any], key: Key) -> Any:
@@ -165,18 +156,23 @@ def read_devices(r: Reader, sec: Mapping[str, Any], key: Key) -> Any:
 
 
 def read_memory_limit(r: Reader, sec: Mapping[str, Any], key: Key) -> int | None:
-    value = sec.get("memory_limit")
+    unit = " (a bare number is bytes; write units such as '4GiB')"
+    return _read_size(r, sec, key, "memory_limit", _MIN_MEMORY_LIMIT, "null or a size", unit)
+
+
+def _read_size(
+    r: Reader, sec: Mapping[str, Any], key: Key, name: str, minimum: int, forms: str, unit: str
+) -> int | None:
+    """A byte size such as '4GiB' (null stays None), at least ``minimum``: below it a number
+    is almost surely a unit mistake."""
+    value = sec.get(name)
     if value is None:
         return None
-    fkey = (*key, "memory_limit")
+    fkey = (*key, name)
     try:
         size = parse_bytes(value)
     except ValueError as exc:
-        raise r.err(fkey, f"must be null or a size: {exc}") from None
-    if size < _MIN_MEMORY_LIMIT:
-        raise r.err(
-            fkey,
-            f"must be at least {format_bytes(_MIN_MEMORY_LIMIT)} (a bare number is bytes; "
-            f"write units such as '4GiB'), got {value!r}",
-        )
+        raise r.err(fkey, f"must be {forms}: {exc}") from None
+    if size < minimum:
+        raise r.err(fkey, f"must be at least {format_bytes(minimum)}{unit}, got {value!r}")
     return size
