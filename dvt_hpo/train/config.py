@@ -27,6 +27,8 @@ __all__ = [
     "DataConfig",
     "DevicesConfig",
     "EmaConfig",
+    "EvalConfig",
+    "LatencyConfig",
     "ModelConfig",
     "OptimConfig",
     "PrecisionConfig",
@@ -242,6 +244,28 @@ class CheckpointConfig:
 
 
 @dataclass(frozen=True)
+class LatencyConfig:
+    """Batch-1 inference latency, measured once per run after the first evaluation.
+
+    ``warmup`` untimed forward passes, then the median of ``repeats`` timed ones (see
+    :mod:`dvt_hpo.train.measure`).
+    """
+
+    enabled: bool = True
+    warmup: int = 5
+    repeats: int = 20
+
+    def __post_init__(self) -> None:
+        _require(self.warmup >= 0, "warmup", f"expected >= 0, got {self.warmup}")
+        _require(self.repeats >= 1, "repeats", f"expected >= 1, got {self.repeats}")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    latency: LatencyConfig = field(default_factory=LatencyConfig)
+
+
+@dataclass(frozen=True)
 class DevicesConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N ; under DDP each rank uses cuda:LOCAL_RANK
     strategy: Literal["auto", "single", "ddp"] = "auto"
@@ -267,6 +291,7 @@ class TrainerConfig:
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     ema: EmaConfig = field(default_factory=EmaConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     devices: DevicesConfig = field(default_factory=DevicesConfig)
 
     def __post_init__(self) -> None:

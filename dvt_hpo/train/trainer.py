@@ -3,7 +3,8 @@
 One process trains alone; under ``torchrun`` (``LOCAL_RANK`` set and ``WORLD_SIZE`` > 1) each
 rank joins a process group (gloo on CPU, nccl on CUDA), reads its shard of the data and trains
 a DDP-wrapped model. Validation metrics are global: confusion matrices and loss sums are summed
-over ranks before macro-F1 is computed. Only rank 0 reports and writes checkpoints.
+over ranks before macro-F1 is computed. Only rank 0 reports and writes checkpoints. Each epoch
+also reports what :mod:`dvt_hpo.train.measure` measures (size, time, memory, latency).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from dvt_hpo.train.config import (
     import_target,
 )
 from dvt_hpo.train.data import DataBundle, build_data
+from dvt_hpo.train.measure import TrialMeasures
 from dvt_hpo.train.models import build_model
 
 __all__ = [
@@ -505,6 +507,10 @@ class Trainer:
         scaler = precision.scaler()
         ema = Ema(raw_model, cfg.ema) if cfg.ema.enabled else None
         eval_model = ema.module if ema is not None and cfg.ema.eval_with_ema else raw_model
+        measures = TrialMeasures(raw_model, device, cfg.eval.latency)
+        set_attrs = getattr(self.ctx, "set_user_attrs", None)
+        if set_attrs is not None:
+            set_attrs({"n_params": measures.n_params})
         log.info(
             "training %s on %s x%d, batch %d x %d accumulated, %d epochs",
             cfg.model.builder,
@@ -554,13 +560,19 @@ class Trainer:
             train_loss = self._global_mean(loss_sum, seen)
             metrics = {"train_loss": train_loss, **self.evaluate(eval_model, val_loader, data)}
             metrics = {key: metrics[key] for key in REPORTED_METRICS}
+            epoch_s = time.perf_counter() - t0
+            if info.is_chief:  # once per run, on the unwrapped model (see measure.py)
+                measures.measure_latency(eval_model, data.val[0][0], precision.autocast)
+            # The same values on every rank: the slowest rank's time and memory, the chief's
+            # latency.
+            metrics.update(self._global_max(measures.values(epoch_s)))
             if scheduler is not None and step_on == "epoch":
                 if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
                     scheduler.step(metrics["loss"])
                 else:
                     scheduler.step()
             epochs_run = epoch + 1
-            log.info("epoch %d: %s (%.2f s)", epoch, metrics, time.perf_counter() - t0)
+            log.info("epoch %d: %s", epoch, metrics)
             if checkpointer is not None:
                 checkpointer.save(
                     epoch,
@@ -653,6 +665,15 @@ class Trainer:
         if self.info.enabled:
             dist.all_reduce(tensor)
         return tensor.tolist()
+
+    def _global_max(self, metrics: dict[str, float]) -> dict[str, float]:
+        if not self.info.enabled:
+            return metrics
+        tensor = torch.tensor(
+            list(metrics.values()), dtype=torch.float64, device=self._comm_device()
+        )
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        return dict(zip(metrics, tensor.tolist(), strict=True))
 
     def _global_mean(self, total: torch.Tensor, count: int) -> float:
         summed, n = self._global_sum([float(total.item()), float(count)])

@@ -22,7 +22,7 @@ class FakeChoice:
 
 
 class FakeCtx:
-    """Records reports; prunes at ``prune_at``; ``find_batch_size`` runs the real search when
+    """Records reports and user attrs; prunes at ``prune_at``; ``find_batch_size`` runs the real search when
     ``search`` is given (its keyword arguments), else returns None (batch_size.auto off)."""
 
     def __init__(
@@ -40,11 +40,15 @@ class FakeCtx:
         self.wrap_fits = wrap_fits
         self.search_calls: list[dict[str, Any]] = []
         self.search_result: Any = None
+        self.user_attrs: dict[str, Any] = {}
 
     def report(self, step: int, metrics: dict[str, float]) -> None:
         self.reports.append((step, dict(metrics)))
         if self.prune_at is not None and step >= self.prune_at:
             raise TrialPruned(step)
+
+    def set_user_attrs(self, attrs: dict[str, Any]) -> None:
+        self.user_attrs.update(attrs)
 
     def find_batch_size(
         self, fits: Callable[[int], Any], *, device: str = "cpu", agree: Any = None

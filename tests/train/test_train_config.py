@@ -43,6 +43,7 @@ FULL = {
     "precision": {"amp": True, "amp_dtype": "fp16", "grad_clip": 1, "accumulate_steps": 2},
     "ema": {"enabled": True, "decay": 0.99, "update_every": 2, "warmup_steps": 5},
     "checkpoint": {"monitor": "loss", "mode": "min", "dir": "ck", "keep_last_n": 3},
+    "eval": {"latency": {"enabled": False, "warmup": 0, "repeats": 3}},
     "devices": {"device": "cuda:1", "strategy": "ddp", "pin_memory": True},
 }
 
@@ -65,6 +66,8 @@ def test_defaults_round_trip_and_are_plain_data() -> None:
         "weight_decay": 0.0,
     }
     assert data["sched"] is None
+    # Latency is measured unless turned off, cheaply (25 batch-1 passes once per run).
+    assert data["eval"] == {"latency": {"enabled": True, "warmup": 5, "repeats": 20}}
 
 
 def test_full_config_round_trips_and_converts_ints_for_floats() -> None:
@@ -119,6 +122,10 @@ def test_unknown_key_names_the_field_and_suggests() -> None:
             "optim.optim_args.weight_decay",
             ["optim.weight_decay"],
         ),
+        ({"eval": {"latency": {"repeats": 0}}}, "eval.latency.repeats", ["expected >= 1, got 0"]),
+        ({"eval": {"latency": {"warmup": -1}}}, "eval.latency.warmup", ["expected >= 0"]),
+        ({"eval": {"latency": {"repeat": 5}}}, "eval.latency.repeat", ["did you mean 'repeats'"]),
+        ({"eval": {"latency": {"enabled": "no"}}}, "eval.latency.enabled", ["expected bool"]),
         ([1, 2], None, ["expected a mapping"]),
     ],
 )

@@ -49,8 +49,11 @@ def test_two_ranks_report_global_metrics(tmp_path: Path, ddp_config: dict[str, A
     # Only the chief reports; every rank took the smallest size any rank found.
     assert [step for step, _ in chief["reports"]] == [0, 1, 2] and other["reports"] == []
     assert set(chief["reports"][-1][1]) == KEYS
+    # Measured on the chief once, handed to every rank: the same value in every epoch.
+    latency = chief["result"]["latency_ms"]
+    assert latency > 0 and {m["latency_ms"] for _, m in chief["reports"]} == {latency}
     assert chief["agreed"] == other["agreed"] == 16 and chief["probe"] is True
-    # Metrics are all-reduced: identical on both ranks, and equal to the checkpointed model's
+    # Metrics are all-reduced (measures too: the max over ranks): identical on both ranks, and equal to the checkpointed model's
     # macro-F1 over the *whole* validation set (not a rank's half of it).
     assert chief["result"] == other["result"]
     macro, accuracy, loss = evaluate_checkpoint(tmp_path / "ck" / "last.pt")

@@ -17,10 +17,11 @@ from dvt_hpo.exceptions import SpecError, TrialPruned
 from dvt_hpo.train import run, train_file
 from dvt_hpo.train.config import DataConfig, ModelConfig, TrainerConfig
 from dvt_hpo.train.data import build_data
+from dvt_hpo.train.measure import MEASURED_METRICS
 from dvt_hpo.train.models import build_model, register_model
 from dvt_hpo.train.trainer import build_optimizer, build_scheduler, make_fits
 
-KEYS = {"loss", "train_loss", "accuracy", "macro_f1"}
+KEYS = {"loss", "train_loss", "accuracy", "macro_f1", *MEASURED_METRICS}
 
 
 def test_two_digit_epochs_report_and_learn(fake_ctx: Any, make_config: Callable[..., dict]) -> None:
@@ -316,6 +317,7 @@ def test_train_file_prints_epochs_and_applies_overrides(
     result = train_file(path, ["epochs=2", "checkpoint.enable_checkpointing=false"])
     lines = [line for line in capsys.readouterr().out.splitlines() if "macro_f1=" in line]
     assert len(lines) == 2 and result["epochs_run"] == 2.0
+    assert all(f" {key}=" in line for line in lines for key in MEASURED_METRICS)
     assert not (tmp_path / "out").exists()
 
 
