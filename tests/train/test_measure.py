@@ -16,7 +16,7 @@ from torch import nn
 
 from dvt_hpo.train import measure as measure_module
 from dvt_hpo.train import run
-from dvt_hpo.train.config import ModelConfig
+from dvt_hpo.train.config import LatencyConfig, ModelConfig
 from dvt_hpo.train.measure import MEASURED_METRICS, inference_latency_ms, peak_memory_mb
 from dvt_hpo.train.models import build_model, register_model
 
@@ -166,3 +166,32 @@ def test_cpu_peak_memory_is_the_peak_rss_in_mib() -> None:
     # A wrong unit (bytes or KiB read as MiB) would be off by a factor of 1024.
     assert math.isclose(peak, vm_hwm_mib(), rel_tol=0.05) and peak > 64
     del block
+
+
+def test_cuda_peak_memory_is_the_allocators_peak_in_mib_since_training_began(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[tuple[str, torch.device]] = []
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda d: calls.append(("reset", d)))
+    monkeypatch.setattr(
+        torch.cuda, "max_memory_allocated", lambda d: calls.append(("peak", d)) or 3 * 2**20
+    )
+    cuda = torch.device("cuda", 1)
+    measures = measure_module.TrialMeasures(nn.Linear(3, 2), cuda, LatencyConfig(enabled=False))
+    assert calls == [("reset", cuda)]  # the batch-size probes' peaks are not the training's
+    assert measures.values(1.5) == {"n_params": 8.0, "epoch_s": 1.5, "peak_memory_mb": 3.0}
+    assert calls[-1] == ("peak", cuda)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_memory_is_the_devices_and_latency_is_timed_with_amp(
+    fake_ctx: Any, make_config: Callable[..., dict]
+) -> None:
+    ctx = fake_ctx()
+    config = make_config(devices={"device": "cuda"}, precision={"amp": True, "amp_dtype": "fp16"})
+    run(config, ctx)
+    for _, metrics in ctx.reports:
+        # Tensors of a 5k-parameter model and batches of 64 8x8 digits: far below the
+        # hundreds of MiB the process's RSS (or the CUDA context) would show.
+        assert 0 < metrics["peak_memory_mb"] < 64
+        assert 0 < metrics["latency_ms"] < 100
