@@ -5,6 +5,7 @@ pruned both ways, failed with the script's own reason, stopped with the trial, u
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -242,3 +243,29 @@ def test_the_helper_prints_when_the_script_runs_by_hand(tmp_path: Path) -> None:
         "finished epoch 1",
         "done",
     ]
+
+
+def test_the_example_study_runs_shortened(tmp_path: Path) -> None:
+    """studies/command-trainer (8 trials, about a minute on 2 busy cores) as 2 short trials."""
+    import subprocess
+
+    example = REPO_ROOT / "studies" / "command-trainer"
+    for name in ("study.yaml", "train.py"):
+        shutil.copy(example / name, tmp_path / name)
+    argv = ["run", "study.yaml", "--set", "study.n_trials=2", "--set", "trainer.config.epochs=2"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "dvt_hpo", *argv],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    study = optuna.load_study(
+        study_name="command-trainer-digits", storage=f"sqlite:///{tmp_path}/command-trainer.db"
+    )
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
+    for trial in study.trials:
+        assert sorted(trial.intermediate_values) == [0, 1]
+        assert 0.0 < trial.value <= 1.0
+        assert trial.user_attrs["last_metrics"]["loss"] > 0
