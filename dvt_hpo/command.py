@@ -31,6 +31,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+import yaml
+
 from dvt_hpo.atomic import write_json_atomic, write_text_atomic
 from dvt_hpo.batch_size import is_out_of_memory_line
 from dvt_hpo.command_template import render
@@ -146,8 +148,6 @@ def _lookup(
 def _write_configs(config: Mapping[str, Any], trial_dir: Path) -> None:
     """The resolved config as YAML and JSON in the trial folder (atomically: under torchrun
     every rank writes the same files)."""
-    import yaml
-
     trial_dir.mkdir(parents=True, exist_ok=True)
     write_text_atomic(trial_dir / CONFIG_YAML, yaml.safe_dump(dict(config), sort_keys=False))
     write_json_atomic(trial_dir / CONFIG_JSON, dict(config))

@@ -92,6 +92,7 @@ def test_a_helper_script_completes_with_the_trial_values_on_its_command_line(
         payload = json.loads((folder / "payload.json").read_text())
         assert payload["entrypoint"] == COMMAND_ENTRYPOINT
         assert "done" in (folder / "stdout.log").read_text()
+        assert trial.user_attrs["warm_start"] is True  # the worker forked from the template
 
 
 def test_a_printing_script_completes_through_metrics_pattern(
