@@ -227,7 +227,7 @@ class _Reporter:
             return {"error": f"not a report request: {line[:200]!r}"}
         try:
             return {"prune": self.report(step, metrics, by_script=True)}
-        except (ValueError, TypeError) as exc:
+        except Exception as exc:  # noqa: BLE001 - the script waits for a reply: always answer
             return {"error": str(exc), "error_type": type(exc).__name__}
 
     def match(self, pattern: re.Pattern[str] | None, raw: bytes) -> None:
@@ -262,8 +262,8 @@ class _Reporter:
         self._step_lines[step] = self._lines
         try:
             self.report(step, metrics, by_script=False)
-        except (ValueError, TypeError) as exc:
-            self._fail(f"{where}, but the report was refused: {exc}")
+        except Exception as exc:  # noqa: BLE001 - the pump must go on copying the output
+            self._fail(f"{where}, but the report failed: {type(exc).__name__}: {exc}")
 
     def _fail(self, reason: str) -> None:
         self.failure = reason

@@ -52,7 +52,8 @@ def report(step: int, metrics: Mapping[str, Any] | None = None, **more: Any) -> 
 
     Raises ``SystemExit(PRUNED_EXIT_CODE)`` when the study prunes the trial, ``ValueError`` or
     ``TypeError`` for a bad step or metric (also those the study refuses, such as a step
-    reported twice), ``ConnectionError`` when the trial's worker is gone.
+    reported twice), ``ConnectionError`` when the trial's worker is gone, ``RuntimeError``
+    when the worker could not report it.
     """
     values = _clean(step, {**(metrics or {}), **more})
     address = os.environ.get(ENV_REPORT)
@@ -66,8 +67,9 @@ def report(step: int, metrics: Mapping[str, Any] | None = None, **more: Any) -> 
     if reply.get("prune"):
         raise SystemExit(PRUNED_EXIT_CODE)
     if reply.get("error"):
-        kind = {"TypeError": TypeError}.get(reply.get("error_type", ""), ValueError)
-        raise kind(reply["error"])
+        # What the study refused (a step reported twice, a bad value) is raised as it was.
+        kinds = {"ValueError": ValueError, "TypeError": TypeError}
+        raise kinds.get(reply.get("error_type", ""), RuntimeError)(reply["error"])
 
 
 def _clean(step: Any, metrics: Mapping[str, Any]) -> dict[str, float]:

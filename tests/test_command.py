@@ -163,6 +163,7 @@ def test_a_script_that_ignores_the_prune_is_killed(
         ("crash", "command exited with 1: ValueError: bad lr "),
         ("signal", "command was killed by SIGKILL (nothing on stderr)"),
         ("silent", "objective.metric 'score' was never reported; the trial reported ['other']"),
+        ("twice", "command exited with 1: ValueError: step 0 was already reported; report each"),
     ],
 )
 def test_a_failed_script_fails_the_trial_with_one_line_naming_why(
@@ -177,6 +178,23 @@ def test_a_failed_script_fails_the_trial_with_one_line_naming_why(
         # The script's own traceback is what the trial keeps, not the worker's.
         assert 'cmd_script.py", line' in trial.user_attrs["stderr_tail"]
         assert "traceback" not in trial.user_attrs
+
+
+def test_a_pattern_matching_two_lines_of_a_step_fails_the_trial_naming_them(
+    tmp_path: Path, run_study: RunStudy, unique_name: str
+) -> None:
+    doc = command_study(unique_name, "--mode", "print", "--sleep", "30", study={"n_trials": 1})
+    doc["trainer"]["metrics_pattern"] = r"epoch (?P<step>\d+) \w+: loss=(?P<loss>[0-9.]+)"
+    (trial,) = run_study(doc).trials
+    assert trial.state.name == "FAIL"
+    assert trial.user_attrs["reason"].startswith(
+        "trainer.metrics_pattern matched stdout line 2 'epoch 0 val: loss="
+    )
+    assert (
+        "step 0 was already matched on line 1; make the pattern match one line per step"
+        in (trial.user_attrs["reason"])
+    )
+    assert trial.user_attrs["duration_s"] < 20  # stopped at once, not after its 30 s sleep
 
 
 def test_a_trial_timeout_stops_the_script_too(

@@ -2,7 +2,7 @@
 
 ``--mode`` picks its behaviour: ``helper`` reports with :func:`dvt_hpo.report.report`,
 ``print`` prints lines for ``trainer.metrics_pattern``, ``crash`` raises ``ValueError`` after
-its first epoch, ``silent`` never reports the objective, ``signal`` kills itself with SIGKILL,
+its first epoch, ``silent`` never reports the objective, ``twice`` reports a step twice, ``signal`` kills itself with SIGKILL,
 ``stubborn`` reports but ignores the pruning ``SystemExit`` and SIGTERM. ``--out`` gets
 ``received-rank{R}.json``: the arguments it parsed, its pid and its torchrun variables.
 """
@@ -48,6 +48,9 @@ for epoch in range(args.epochs):
         raise ValueError(f"bad lr {args.lr}")
     elif args.mode == "silent":
         report(epoch, other=score)
+    elif args.mode == "twice":
+        report(epoch, score=score)
+        report(epoch, loss=1 - score)
     elif args.mode == "signal":
         os.kill(os.getpid(), signal.SIGKILL)
     elif args.mode == "stubborn":
