@@ -5,7 +5,9 @@ pruned both ways, failed with the script's own reason, stopped with the trial, u
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +22,7 @@ from dvt_hpo.command import exit_reason
 from dvt_hpo.spec import COMMAND_ENTRYPOINT
 from tests.conftest import REPO_ROOT, toy_study
 
-pytestmark = pytest.mark.processes
+PROCESSES = pytest.mark.processes
 
 SCRIPT = str(REPO_ROOT / "tests" / "entrypoints" / "cmd_script.py")
 DDP_SCRIPT = str(REPO_ROOT / "tests" / "entrypoints" / "cmd_ddp.py")
@@ -53,6 +55,7 @@ def received(folder: Path, rank: int = 0) -> dict[str, Any]:
     return json.loads((folder / f"received-rank{rank}.json").read_text())
 
 
+@PROCESSES
 def test_a_helper_script_completes_with_the_trial_values_on_its_command_line(
     tmp_path: Path, run_study: RunStudy, unique_name: str
 ) -> None:
@@ -95,6 +98,7 @@ def test_a_helper_script_completes_with_the_trial_values_on_its_command_line(
         assert trial.user_attrs["warm_start"] is True  # the worker forked from the template
 
 
+@PROCESSES
 def test_a_printing_script_completes_through_metrics_pattern(
     tmp_path: Path, run_study: RunStudy, unique_name: str
 ) -> None:
@@ -108,11 +112,24 @@ def test_a_printing_script_completes_through_metrics_pattern(
     log = (trial_dir(tmp_path, unique_name, 0) / "stdout.log").read_text()
     # Every line reaches the log, matched or not.
     assert log.count(" train: ") == 3 and log.count(" val: ") == 3 and "done" in log
+    # Rerun by hand (no orchestrator): the same command, its matched lines printed as reports.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DVT_HPO")}
+    payload = trial_dir(tmp_path, unique_name, 0) / "payload.json"
+    rerun = subprocess.run(
+        [sys.executable, "-m", "dvt_hpo.worker", str(payload)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert rerun.returncode == 0, rerun.stderr
+    assert rerun.stdout.count("epoch 2: loss=") == 1 and "done" in rerun.stdout
 
 
 PRUNE_AT_FIRST = {"n_trials": 1, "pruner": {"kind": "threshold", "lower": 0.9}}
 
 
+@PROCESSES
 def test_the_helper_ends_a_pruned_script_with_system_exit(
     tmp_path: Path, run_study: RunStudy, unique_name: str
 ) -> None:
@@ -124,6 +141,7 @@ def test_the_helper_ends_a_pruned_script_with_system_exit(
     assert "finished epoch 0" not in log  # report() raised SystemExit at the pruned step
 
 
+@PROCESSES
 def test_metrics_pattern_pruning_stops_the_script(
     tmp_path: Path, run_study: RunStudy, unique_name: str
 ) -> None:
@@ -137,6 +155,7 @@ def test_metrics_pattern_pruning_stops_the_script(
     assert not process_tree.pid_alive(received(folder)["pid"])
 
 
+@PROCESSES
 def test_a_script_that_ignores_the_prune_is_killed(
     tmp_path: Path, run_study: RunStudy, unique_name: str
 ) -> None:
@@ -157,6 +176,7 @@ def test_a_script_that_ignores_the_prune_is_killed(
     assert not process_tree.pid_alive(received(folder)["pid"])
 
 
+@PROCESSES
 @pytest.mark.parametrize(
     ("mode", "reason"),
     [
@@ -180,6 +200,7 @@ def test_a_failed_script_fails_the_trial_with_one_line_naming_why(
         assert "traceback" not in trial.user_attrs
 
 
+@PROCESSES
 def test_a_pattern_matching_two_lines_of_a_step_fails_the_trial_naming_them(
     tmp_path: Path, run_study: RunStudy, unique_name: str
 ) -> None:
@@ -197,6 +218,7 @@ def test_a_pattern_matching_two_lines_of_a_step_fails_the_trial_naming_them(
     assert trial.user_attrs["duration_s"] < 20  # stopped at once, not after its 30 s sleep
 
 
+@PROCESSES
 def test_a_trial_timeout_stops_the_script_too(
     tmp_path: Path, run_study: RunStudy, unique_name: str
 ) -> None:
@@ -215,6 +237,7 @@ def test_a_trial_timeout_stops_the_script_too(
     assert not process_tree.pid_alive(received(trial_dir(tmp_path, unique_name, 0))["pid"])
 
 
+@PROCESSES
 def test_a_command_runs_on_each_torchrun_rank_and_rank_0_reports(
     tmp_path: Path, run_study: RunStudy, unique_name: str
 ) -> None:
@@ -243,10 +266,9 @@ def test_exit_reason_names_the_code_or_the_signal() -> None:
     assert exit_reason(-11, "") == "command was killed by SIGSEGV (nothing on stderr)"
 
 
+@PROCESSES
 def test_the_helper_prints_when_the_script_runs_by_hand(tmp_path: Path) -> None:
-    import subprocess
-
-    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("DVT_HPO")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DVT_HPO")}
     out = subprocess.run(
         [sys.executable, SCRIPT, "--lr", "0.25", "--epochs", "2"],
         env=env,
@@ -264,9 +286,9 @@ def test_the_helper_prints_when_the_script_runs_by_hand(tmp_path: Path) -> None:
     ]
 
 
+@PROCESSES
 def test_the_example_study_runs_shortened(tmp_path: Path) -> None:
     """studies/command-trainer (8 trials, about a minute on 2 busy cores) as 2 short trials."""
-    import subprocess
 
     example = REPO_ROOT / "studies" / "command-trainer"
     for name in ("study.yaml", "train.py"):
