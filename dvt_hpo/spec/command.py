@@ -16,7 +16,7 @@ from dvt_hpo.command_template import RESERVED, TemplateError, placeholders
 from dvt_hpo.hints import describe, did_you_mean
 from dvt_hpo.paths import get_path, parse_path
 from dvt_hpo.spec.fields import Reader
-from dvt_hpo.spec.model import BatchSizeSpec, Dimension, TrainerSpec
+from dvt_hpo.spec.model import COMMAND_ENTRYPOINT, BatchSizeSpec, Dimension, TrainerSpec
 from dvt_hpo.spec.source import Key
 
 __all__ = ["check_command", "read_command"]
@@ -30,6 +30,11 @@ def read_command(
     """``(command, metrics_pattern)`` of section ``trainer`` (``None`` when absent)."""
     pattern_text = sec.get("metrics_pattern")
     if sec.get("command") is None:
+        if sec.get("entrypoint") == COMMAND_ENTRYPOINT:
+            raise r.err(
+                (*key, "entrypoint"),
+                f"{COMMAND_ENTRYPOINT} runs a trainer.command: give the command instead",
+            )
         if pattern_text is not None:
             raise r.err(
                 (*key, "metrics_pattern"),

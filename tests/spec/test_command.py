@@ -130,6 +130,16 @@ BAD = [
         "give trainer.entrypoint (a Python function run(config, ctx)) or trainer.command",
     ),
     case(
+        "command-entrypoint-without-command",
+        CMD.replace(
+            '  command: ["{python}", train.py, "--lr={lr}", --epochs, "{epochs}"]\n',
+            "  entrypoint: dvt_hpo.command:run\n",
+        ),
+        COMMAND_LINE,
+        "trainer.entrypoint",
+        "dvt_hpo.command:run runs a trainer.command: give the command instead",
+    ),
+    case(
         "bad-regex",
         with_trainer_line("  metrics_pattern: 'epoch (?P<step>\\d+'\n"),
         5,
