@@ -49,6 +49,7 @@ __all__ = [
     "SearchResult",
     "find_batch_size",
     "is_out_of_memory",
+    "is_out_of_memory_line",
 ]
 
 _logger = logging.getLogger(__name__)
@@ -206,6 +207,20 @@ def is_out_of_memory(exc: BaseException) -> bool:
         if isinstance(current, RuntimeError) and _OOM_MESSAGE_RE.search(_message(current)):
             return True
     return False
+
+
+def is_out_of_memory_line(line: str) -> bool:
+    """Whether the last line of a Python traceback (``"MemoryError"``,
+    ``"torch.OutOfMemoryError: CUDA out of memory..."``, ``"RuntimeError: ..."``) names an
+    out-of-memory error by the rules of :func:`is_out_of_memory` (a script run as a process
+    leaves only its text)."""
+    kind, _, message = line.strip().partition(":")
+    module, _, name = kind.rpartition(".")
+    if name == "MemoryError" and module in ("", "builtins"):
+        return True
+    if any(name == n and (module == m or module.startswith(m + ".")) for m, n in OOM_TYPE_NAMES):
+        return True
+    return name == "RuntimeError" and bool(_OOM_MESSAGE_RE.search(message))
 
 
 def _drop_tracebacks(exc: BaseException) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -164,17 +165,22 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
     spec = load_spec(args.study, args.overrides, check_runnable=True)
     stored = _stored_comparison(spec, args.allow_space_change)
-    entry = find_entrypoint(spec.trainer.entrypoint, spec.path.parent)
     dims = ", ".join(d.name for d in spec.search_space)
     n = spec.study.n_trials
     budget = f"{n} trial{'s' if n != 1 else ''}" if n is not None else "no trial limit"
+    note = None
+    if spec.trainer.command is not None:
+        trainer = f"command {shlex.join(spec.trainer.command)}"
+    else:
+        entry = find_entrypoint(spec.trainer.entrypoint, spec.path.parent)
+        trainer = f"entry point {spec.trainer.entrypoint} from {entry.origin}"
+        note = entry.note
     print(
         f"{args.study}: ok — study {spec.study.name!r}, {budget}, "
-        f"{describe_objective(spec.objective)}, search space: {dims}; "
-        f"entry point {spec.trainer.entrypoint} from {entry.origin}; {stored}"
+        f"{describe_objective(spec.objective)}, search space: {dims}; {trainer}; {stored}"
     )
-    if entry.note is not None:
-        print(f"note: {entry.note}")
+    if note is not None:
+        print(f"note: {note}")
     return EXIT_OK
 
 

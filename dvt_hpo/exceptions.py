@@ -51,3 +51,12 @@ class TrialPruned(DvtHpoError):
 
 class BatchSizeError(DvtHpoError):
     """The batch-size search could not find any size that fits (e.g. ``low`` does not fit)."""
+
+
+class CommandFailed(DvtHpoError):
+    """A ``trainer.command`` script failed: its message is the trial's whole reason
+    (``command exited with 3: ValueError: bad``), recorded without the exception's type."""
+
+    def __init__(self, reason: str, *, out_of_memory: bool = False) -> None:
+        super().__init__(reason)
+        self.out_of_memory = out_of_memory

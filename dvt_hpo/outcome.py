@@ -170,7 +170,9 @@ def classify(
 
     error = first_error(result, rank_errors)
     if error is not None:
-        reason = f"{error.get('exc_type', 'Error')}: {error.get('message', '')}".strip()
+        reason = error.get("reason")  # a command's failure says it all
+        if not isinstance(reason, str) or not reason:
+            reason = f"{error.get('exc_type', 'Error')}: {error.get('message', '')}".strip()
         if error.get("rank", 0):
             reason = f"rank {error['rank']}: {reason}"
         if limits.memory_limit and error.get("out_of_memory") is True:

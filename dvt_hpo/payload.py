@@ -34,6 +34,16 @@ class TrialLimits:
 
 
 @dataclass(frozen=True)
+class CommandPayload:
+    """A ``trainer.command`` trial: the script the worker runs (:mod:`dvt_hpo.command`)."""
+
+    argv: tuple[str, ...]  # with {placeholders}, rendered by the worker
+    metrics_pattern: str | None = None
+    names: dict[str, str] = field(default_factory=dict)  # search dimension name -> its path
+    stop_grace_s: float = 10.0  # SIGTERM -> SIGKILL when the worker stops the script
+
+
+@dataclass(frozen=True)
 class TrialPayload:
     entrypoint: str  # "module:function"
     config: dict[str, Any]
@@ -49,6 +59,7 @@ class TrialPayload:
     # The study file's folder: trials import the entry point from it first and run in it, so
     # a payload rerun by hand from elsewhere finds the trainer and its relative paths.
     study_dir: str | None = None
+    command: CommandPayload | None = None
     protocol: int = PROTOCOL_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -57,6 +68,8 @@ class TrialPayload:
             data["batch_size"]["memory_keys"] = list(self.batch_size.memory_keys)
         data["devices"] = list(self.devices) if isinstance(self.devices, tuple) else self.devices
         data["gpus"] = list(self.gpus)
+        if self.command is not None:
+            data["command"]["argv"] = list(self.command.argv)
         return data
 
     def write(self, path: str | os.PathLike[str]) -> None:
@@ -80,6 +93,12 @@ class TrialPayload:
             if "memory_keys" in bs:
                 bs["memory_keys"] = tuple(bs["memory_keys"])
             values["batch_size"] = BatchSizeSpec(**bs)
+        if values.get("command") is not None:
+            command = _fields(CommandPayload, values["command"], "payload command")
+            command["argv"] = tuple(command["argv"])
+            if not command["argv"]:
+                raise PayloadError("payload command.argv must not be empty")
+            values["command"] = CommandPayload(**command)
         if "limits" in values:
             values["limits"] = TrialLimits(**_fields(TrialLimits, values["limits"], "limits"))
         devices = values.get("devices", "auto")
@@ -123,4 +142,4 @@ def _fields(cls: type, data: Any, where: str) -> dict[str, Any]:
     return check_fields(cls, data, where, PayloadError)
 
 
-__all__ = ["PayloadError", "TrialLimits", "TrialPayload"]
+__all__ = ["CommandPayload", "PayloadError", "TrialLimits", "TrialPayload"]

@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from dvt_hpo.report import ENV_REPORT, PRUNED_EXIT_CODE
+
 # 2: typed payload (batch_size as the spec's section, cache_key, devices, limits), version
 # checked on hello.
 PROTOCOL_VERSION = 2
@@ -34,7 +36,10 @@ ENV_LAUNCHED = "DVT_HPO_LAUNCHED_UNIX"
 EXIT_OK = 0
 EXIT_ERROR = 1  # the entry point raised (including MemoryError); result has the reason
 EXIT_BAD_PAYLOAD = 2  # the payload could not be read or is malformed; no result file
-EXIT_PRUNED = 3  # ctx.report raised TrialPruned and the entry point let it through
+# ctx.report raised TrialPruned and the entry point let it through; a command's script ends
+# with the same status when dvt_hpo.report tells it the study pruned it (defined there, as
+# that file is self-contained).
+EXIT_PRUNED = PRUNED_EXIT_CODE
 EXIT_NO_ORCHESTRATOR = 4  # the control socket was unreachable at start: nobody to report to
 EXIT_STOPPED = 128 + 15  # stopped by SIGTERM (the shell convention for a signal's death)
 
@@ -299,6 +304,7 @@ def _json_type_ok(value: Any, hint: Any) -> bool:
 
 __all__ = [
     "ENV_CONTROL",
+    "ENV_REPORT",
     "ENV_MEMORY_LIMIT",
     "EXIT_BAD_PAYLOAD",
     "EXIT_ERROR",

@@ -35,12 +35,16 @@ PATH_FIELDS = ("data.root", "data.val_root", "output_dir", "checkpoint.dir")
 
 def base_record(spec: StudySpec) -> dict[str, Any]:
     """What rebuilds any trial of this run: base config, param paths, the trials' folder."""
-    return {
+    record = {
         "config": copy.deepcopy(spec.trainer.config),
         "paths": {dim.name: dim.path for dim in spec.search_space},
         "cwd": str(spec.path.parent),
         "entrypoint": spec.trainer.entrypoint,
     }
+    if spec.trainer.command is not None:
+        # Only when set: the keys of existing studies' records stay the same.
+        record["command"] = list(spec.trainer.command)
+    return record
 
 
 def record_key(record: Mapping[str, Any]) -> str:

@@ -27,7 +27,7 @@ from dvt_hpo.control_server import ControlServer
 from dvt_hpo.devices import Slot
 from dvt_hpo.events import TrialReported
 from dvt_hpo.outcome import Flags, Limits, Objective, Outcome, Phase, classify
-from dvt_hpo.payload import TrialLimits, TrialPayload
+from dvt_hpo.payload import CommandPayload, TrialLimits, TrialPayload
 from dvt_hpo.process_tree import TrialProcess, describe_exit
 from dvt_hpo.protocol import ENV_LAUNCHED, Hello
 
@@ -209,6 +209,18 @@ class TrialRun:
             ),
             trial_dir=str(self.trial_dir),
             study_dir=str(spec.path.parent),
+            command=self._command(),
+        )
+
+    def _command(self) -> CommandPayload | None:
+        trainer = self.spec.trainer
+        if trainer.command is None:
+            return None
+        return CommandPayload(
+            argv=trainer.command,
+            metrics_pattern=trainer.metrics_pattern,
+            names={dim.name: dim.path for dim in self.spec.search_space},
+            stop_grace_s=self.spec.trials.stop_grace_s,
         )
 
     def _run_safely(self) -> None:

@@ -8,7 +8,9 @@ The order of :func:`main` matters (docs/protocol.md):
 3. connect to the orchestrator (``$DVT_HPO_CONTROL``) and say hello; from here the connection
    is a watchdog that kills this process group when the orchestrator goes away;
 4. read the payload (JSON, never pickle); 5. build the context;
-6. import the entry point ``module:function`` and call it with ``(config, ctx)``;
+6. import the entry point ``module:function`` and call it with ``(config, ctx)`` (for a
+   ``trainer.command`` payload, :func:`dvt_hpo.command.run` runs the script as a child in this
+   process group);
 7. write ``result.json`` (chief) or ``error-rank{R}.json`` (another rank that failed),
    atomically, and exit with a code from :mod:`dvt_hpo.protocol`.
 
@@ -19,6 +21,7 @@ Without ``$DVT_HPO_CONTROL`` the payload runs with a :class:`~dvt_hpo.context.Lo
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import os
 import signal
@@ -40,7 +43,7 @@ from dvt_hpo.context import (
     distributed_env,
 )
 from dvt_hpo.control_client import ControlClient
-from dvt_hpo.exceptions import BatchSizeError, TrialPruned
+from dvt_hpo.exceptions import BatchSizeError, CommandFailed, TrialPruned
 from dvt_hpo.payload import PayloadError, TrialPayload
 from dvt_hpo.protocol import (
     ENV_CONTROL,
@@ -202,7 +205,7 @@ def error_result(exc: BaseException, rank: int) -> dict[str, Any]:
         oom = is_out_of_memory(exc) or _search_ran_out_of_memory(exc)
     except Exception:
         oom = isinstance(exc, MemoryError)
-    return {
+    result: dict[str, Any] = {
         "status": "error",
         "rank": rank,
         "exc_type": _type_name(exc),
@@ -210,6 +213,13 @@ def error_result(exc: BaseException, rank: int) -> dict[str, Any]:
         "traceback": tb,
         "out_of_memory": oom,
     }
+    if isinstance(exc, CommandFailed):
+        # The script's own error is the reason, and its traceback is in stderr.log already:
+        # this process's exception and frames would only hide it.
+        result.update(
+            reason=message[:_MAX_MESSAGE_CHARS], traceback=None, out_of_memory=exc.out_of_memory
+        )
+    return result
 
 
 def _search_ran_out_of_memory(exc: BaseException) -> bool:
@@ -368,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
         # 6. Entry point.
         try:
             function = resolve_entrypoint(payload.entrypoint)
+            if payload.command is not None:
+                # trainer.command: the entry point dvt_hpo.command:run runs the script.
+                function = functools.partial(function, command=payload.command)
             startup_s = _startup_s(env)
             returned = function(payload.config, ctx)
             metrics = metrics_of(returned)

@@ -9,10 +9,13 @@ import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
+
+if TYPE_CHECKING:
+    import optuna
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 POSTGRES_URL = os.environ.get(
@@ -103,6 +106,28 @@ def write_study(tmp_path: Path) -> Callable[..., Path]:
         return path
 
     return write
+
+
+@pytest.fixture
+def run_study(write_study: Callable[..., Path]) -> Callable[[dict[str, Any]], optuna.Study]:
+    """Run a study dict through the real runner; its study (also when every trial failed)."""
+    from dvt_hpo.spec import load_spec
+    from dvt_hpo.study_loop import StudyRunner, StudyStopped
+
+    def run(doc: dict[str, Any]) -> optuna.Study:
+        spec = load_spec(write_study(doc))
+        lines: list[str] = []
+        runner = StudyRunner(spec, out=lines.append)
+        try:
+            return runner.run()
+        except StudyStopped as exc:
+            # A run whose trials all failed exits 1; these tests read the failed trials.
+            assert str(exc).startswith("no trial of this run succeeded"), exc
+            return runner.study
+        finally:
+            print("\n".join(lines))  # shown by pytest when the test fails
+
+    return run
 
 
 @pytest.fixture

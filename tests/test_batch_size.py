@@ -19,6 +19,7 @@ from dvt_hpo.batch_size import (
     SearchResult,
     find_batch_size,
     is_out_of_memory,
+    is_out_of_memory_line,
 )
 from dvt_hpo.exceptions import BatchSizeError
 
@@ -125,6 +126,25 @@ def test_every_oom_message_counts(row: str, message: str) -> None:
 
 def test_every_table_row_has_an_example() -> None:
     assert {row for row, _ in OOM_MESSAGE_PATTERNS} == {row for row, _ in OOM_MESSAGES}
+
+
+@pytest.mark.parametrize(
+    ("line", "oom"),
+    [
+        ("MemoryError", True),
+        ("MemoryError: Unable to allocate 8.00 GiB", True),
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", True),
+        ("torch.cuda.OutOfMemoryError: CUDA out of memory.", True),
+        (f"RuntimeError: {OOM_MESSAGES[0][1]}", True),
+        ("RuntimeError: mat1 and mat2 shapes cannot be multiplied", False),
+        ("ValueError: CUDA out of memory", False),  # only RuntimeError messages are read
+        ("mylib.MemoryError: no", False),
+        ("", False),
+    ],
+)
+def test_the_last_line_of_a_traceback_tells_out_of_memory(line: str, oom: bool) -> None:
+    # A trainer.command script leaves only its text.
+    assert is_out_of_memory_line(line) is oom
 
 
 @pytest.mark.parametrize("exc", NEAR_MISSES, ids=lambda e: f"{type(e).__name__}({e})"[:60])

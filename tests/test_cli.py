@@ -251,6 +251,23 @@ def test_validate_good_study_prints_one_summary_line(
     assert listing(tmp_path) == before
 
 
+def test_validate_a_command_study_names_the_command_and_checks_its_script(
+    cli: Callable[..., Result], write_study: Callable[..., Path], tmp_path: Path
+) -> None:
+    doc = toy_study("cmd")
+    doc["trainer"] = {"command": ["{python}", "train.py", "--x={x}"]}
+    write_study(doc)
+    result = cli("validate", "study.yaml", cwd=tmp_path)
+    assert result.code == EXIT_BAD_INPUT
+    assert "study.yaml:20: trainer.command[1]: no such script: 'train.py'" in result.err
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    before = listing(tmp_path)
+    result = cli("validate", "study.yaml", cwd=tmp_path)
+    assert result.code == EXIT_OK, result.err
+    assert "; command '{python}' train.py '--x={x}'; " in result.out
+    assert listing(tmp_path) == before
+
+
 def test_validate_applies_overrides(
     cli: Callable[..., Result], write_study: Callable[..., Path], tmp_path: Path
 ) -> None:

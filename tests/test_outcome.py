@@ -96,6 +96,13 @@ def test_reasons(flags: Flags, exit_status: int, result: Any, reason: str) -> No
     assert outcome.reason == reason
 
 
+def test_a_failed_command_is_its_own_reason() -> None:
+    result = error(0, "dvt_hpo.exceptions.CommandFailed", "command exited with 3: X", 1.0)
+    result["reason"] = "command exited with 3: ValueError: bad"
+    outcome = classify(result, 1, Flags(), objective=OBJ)
+    assert outcome.reason == "command exited with 3: ValueError: bad"
+
+
 def test_the_earliest_rank_error_is_the_cause() -> None:
     chief = error(0, "RuntimeError", "peer closed", 5.0)
     rank1 = error(1, "ArithmeticError", "rank one broke", 3.0)

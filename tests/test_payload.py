@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from dvt_hpo.payload import PayloadError, TrialLimits, TrialPayload
+from dvt_hpo.payload import CommandPayload, PayloadError, TrialLimits, TrialPayload
 from dvt_hpo.protocol import PROTOCOL_VERSION
 from dvt_hpo.spec import BatchSizeSpec
 
@@ -34,6 +34,16 @@ FULL = TrialPayload(
         TrialPayload(entrypoint="m:f", config={}),
         TrialPayload(entrypoint="m:f", config={}, devices="cpu"),
         TrialPayload(entrypoint="m:f", config={}, devices=2),
+        TrialPayload(
+            entrypoint="dvt_hpo.command:run",
+            config={"lr": 0.1},
+            command=CommandPayload(
+                argv=("{python}", "train.py", "--lr={lr}"),
+                metrics_pattern=r"epoch (?P<step>\d+) f1=(?P<f1>\S+)",
+                names={"lr": "optim.lr"},
+                stop_grace_s=2.5,
+            ),
+        ),
     ],
 )
 def test_a_payload_round_trips_through_its_file(payload: TrialPayload, tmp_path: Path) -> None:
@@ -86,6 +96,9 @@ def edit(**changes: Any) -> dict[str, Any]:
         (edit(devices="0,1"), "devices has the wrong type: '0,1'"),
         (edit(devices=[0, -1]), "devices must be"),
         (edit(devices=True), "devices has the wrong type: True"),
+        (edit(command={"argv": []}), "command.argv must not be empty"),
+        (edit(command={"argv": "python x.py"}), "argv has the wrong type"),
+        (edit(command={"argv": ["x"], "shell": True}), r"command has unknown keys \['shell'\]"),
     ],
 )
 def test_a_malformed_payload_is_one_clear_error(data: Any, error: str) -> None:

@@ -17,8 +17,7 @@ import pytest
 
 from dvt_hpo import process_tree, trial_run
 from dvt_hpo.protocol import Hello
-from dvt_hpo.spec import BUILTIN_ENTRYPOINT, load_spec
-from dvt_hpo.study_loop import StudyRunner, StudyStopped
+from dvt_hpo.spec import BUILTIN_ENTRYPOINT
 from tests.conftest import TOY_ENTRYPOINT, toy_study
 from tests.test_recovery import processes_mentioning
 
@@ -77,24 +76,6 @@ def rank_pids(monkeypatch: pytest.MonkeyPatch) -> dict[int, dict[int, int]]:
 
     monkeypatch.setattr(trial_run.TrialRun, "on_hello", on_hello)
     return seen
-
-
-@pytest.fixture
-def run_study(write_study: Callable[..., Path]) -> Callable[[dict[str, Any]], optuna.Study]:
-    def run(doc: dict[str, Any]) -> optuna.Study:
-        spec = load_spec(write_study(doc))
-        lines: list[str] = []
-        runner = StudyRunner(spec, out=lines.append)
-        try:
-            return runner.run()
-        except StudyStopped as exc:
-            # A run whose trials all failed exits 1; these tests read the failed trials.
-            assert str(exc).startswith("no trial of this run succeeded"), exc
-            return runner.study
-        finally:
-            print("\n".join(lines))  # shown by pytest when the test fails
-
-    return run
 
 
 def assert_all_gone(pids: dict[int, int], runs_dir: Path) -> None:

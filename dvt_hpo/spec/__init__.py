@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.spec.model import (
     BUILTIN_ENTRYPOINT,
+    COMMAND_ENTRYPOINT,
     BatchSizeSpec,
     Condition,
     Dimension,
@@ -56,6 +57,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "BUILTIN_ENTRYPOINT",
+    "COMMAND_ENTRYPOINT",
     "OVERRIDE_SOURCE",
     "BatchSizeSpec",
     "Condition",

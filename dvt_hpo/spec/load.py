@@ -21,6 +21,7 @@ from dvt_hpo.hints import describe, did_you_mean
 from dvt_hpo.paths import format_path
 from dvt_hpo.spec import runnable
 from dvt_hpo.spec.batch import read_batch_size
+from dvt_hpo.spec.command import check_command
 from dvt_hpo.spec.fields import Reader
 from dvt_hpo.spec.model import Condition, StudySpec
 from dvt_hpo.spec.objective import read_objective
@@ -85,6 +86,7 @@ def load_spec(
     trainer, schema = read_trainer(reader, root, deferred)
     dims = read_search_space(reader, root, schema, trainer.config)
     batch_size = read_batch_size(reader, root, schema, trainer.config, dims)
+    check_command(reader, trainer, dims, batch_size)
     tracking = read_tracking(reader, root)
     check_algorithms(reader, study, dims)
     spec = StudySpec(

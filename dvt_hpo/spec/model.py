@@ -19,6 +19,7 @@ from dvt_hpo.schema import domain, rule
 
 __all__ = [
     "BUILTIN_ENTRYPOINT",
+    "COMMAND_ENTRYPOINT",
     "BatchSizeSpec",
     "Condition",
     "Dimension",
@@ -34,6 +35,8 @@ __all__ = [
 ]
 
 BUILTIN_ENTRYPOINT = "dvt_hpo.train:run"
+# The entry point of a ``trainer.command`` study: it runs the command (dvt_hpo.command).
+COMMAND_ENTRYPOINT = "dvt_hpo.command:run"
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,10 @@ class TrainerSpec:
     )  # normalized full config (defaults filled)
     config_file: Path | None = domain(None)
     schema: str | None = rule(None, what="'module:Dataclass'")  # default TrainerConfig (built-in)
+    # A training script run as the trainer: argv with {placeholders}; entrypoint is then
+    # COMMAND_ENTRYPOINT.
+    command: tuple[str, ...] | None = domain(None)
+    metrics_pattern: str | None = domain(None)  # a regex over its stdout lines
 
 
 @dataclass(frozen=True)

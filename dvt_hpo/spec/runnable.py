@@ -1,5 +1,7 @@
 """What ``run`` and ``validate`` check beyond a valid file, before anything is written.
 
+- A ``trainer.command``'s executable exists (on ``PATH`` or as a file), and so does the script
+  of ``python script.py``.
 - The entry point's module is found by the one import rule of :mod:`dvt_hpo.import_path`, and
   its function is defined there: the module's source is parsed with :mod:`ast`, never imported
   (a user's module may import torch, train at import time, or fail). A ``def``, ``class``,
@@ -15,18 +17,28 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import os
+import re
+import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dvt_hpo import import_path
+from dvt_hpo.command_template import placeholders
 from dvt_hpo.exceptions import SpecError
 from dvt_hpo.hints import did_you_mean
 from dvt_hpo.spec.model import BUILTIN_ENTRYPOINT, StudySpec
 from dvt_hpo.spec.source import Doc, Key
 
-__all__ = ["EntryPoint", "check_runnable", "entrypoint_origin", "find_entrypoint"]
+__all__ = [
+    "EntryPoint",
+    "check_executable",
+    "check_runnable",
+    "entrypoint_origin",
+    "find_entrypoint",
+]
 
 
 @dataclass(frozen=True)
@@ -169,7 +181,10 @@ def check_runnable(doc: Doc, spec: StudySpec) -> None:
 
     folder = spec.path.parent
     entrypoint = spec.trainer.entrypoint
-    _check_callable(doc, ("trainer", "entrypoint"), entrypoint, folder, "the entry point")
+    if spec.trainer.command is not None:
+        check_executable(doc, spec.trainer.command, folder)
+    else:
+        _check_callable(doc, ("trainer", "entrypoint"), entrypoint, folder, "the entry point")
     for i, name in enumerate(spec.trials.preload):
         if not import_path.find_module(name, folder):
             raise doc.error(
@@ -200,6 +215,60 @@ def check_runnable(doc: Doc, spec: StudySpec) -> None:
         _check_builders(doc, spec)
         per_trial = min(len(slot.gpus) for slot in slots)
         _check_device(doc, spec, per_trial, on_cpu)
+
+
+_PYTHON_RE = re.compile(r"^python[0-9.]*$")
+
+
+def check_executable(doc: Doc, command: Sequence[str], folder: Path) -> None:
+    """``command[0]`` exists: on ``PATH``, or as an executable file (a path with a ``/``,
+    relative to the study file's folder, where trials run); for ``python script.py`` the script
+    too. An executable with placeholders other than ``{python}`` is left to the trial."""
+    key: Key = ("trainer", "command", 0)
+    exe = command[0]
+    if exe != "{python}":
+        if placeholders(exe):
+            return
+        _check_found(doc, key, exe, folder)
+    python = exe == "{python}" or bool(_PYTHON_RE.match(Path(exe).name))
+    script = command[1] if len(command) > 1 else None
+    if (
+        python
+        and script
+        and script.endswith(".py")
+        and not placeholders(script)
+        and not (folder / Path(script).expanduser()).is_file()
+    ):
+        raise doc.error(
+            ("trainer", "command", 1),
+            f"no such script: {script!r} (trials run in the study file's folder, {folder})",
+        )
+
+
+def _check_found(doc: Doc, key: Key, exe: str, folder: Path) -> None:
+    if "/" in exe:
+        path = folder / Path(exe).expanduser()
+        if not path.is_file():
+            raise doc.error(key, f"no such file: {exe!r} (resolved against {folder}: {path})")
+        if not os.access(path, os.X_OK):
+            raise doc.error(
+                key,
+                f"{exe!r} is not executable: chmod +x it, or run it through its interpreter "
+                f'(["bash", "{exe}"], ["{{python}}", "{exe}"])',
+            )
+    elif shutil.which(exe) is None:
+        hint = ""
+        if (folder / exe).is_file():
+            hint = (
+                f'; {exe!r} is a file in the study folder: write ["{{python}}", "{exe}", ...]'
+                if exe.endswith(".py")
+                else f"; {exe!r} is a file in the study folder: write './{exe}'"
+            )
+        raise doc.error(
+            key,
+            f"executable {exe!r} is not found on PATH{hint} ({{python}} is the interpreter "
+            "running dvt-hpo)",
+        )
 
 
 def _check_callable(doc: Doc, key: Key, target: str, folder: Path, what: str) -> None:

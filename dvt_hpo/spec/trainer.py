@@ -1,4 +1,5 @@
-"""Section ``trainer``: the entry point, the trainer config (inline or a file) and its schema.
+"""Section ``trainer``: the entry point (or a command, :mod:`dvt_hpo.spec.command`), the trainer
+config (inline or a file) and its schema.
 
 The config is normalized through its schema (the built-in :class:`~dvt_hpo.train.TrainerConfig`,
 or ``trainer.schema: module:Dataclass``) so the spec holds it with every default filled; without
@@ -21,8 +22,9 @@ from dvt_hpo.hints import describe, did_you_mean
 from dvt_hpo.import_path import study_imports
 from dvt_hpo.paths import format_path, get_path, parse_path
 from dvt_hpo.schema import field_type_at, from_mapping, to_plain
+from dvt_hpo.spec.command import read_command
 from dvt_hpo.spec.fields import Reader
-from dvt_hpo.spec.model import BUILTIN_ENTRYPOINT, TrainerSpec
+from dvt_hpo.spec.model import BUILTIN_ENTRYPOINT, COMMAND_ENTRYPOINT, TrainerSpec
 from dvt_hpo.spec.source import Key, Override, apply_override, read_yaml
 
 __all__ = ["ENTRYPOINT_RE", "config_value", "field_type", "read_trainer"]
@@ -42,7 +44,9 @@ def read_trainer(
         )
     sec = r.section(TrainerSpec, root["trainer"], key, "section 'trainer'")
     raw = root["trainer"]  # config_file's YAML is read into it, for the overrides that follow
-    entrypoint = sec.get("entrypoint", BUILTIN_ENTRYPOINT)
+    command, metrics_pattern = read_command(r, sec, key)
+    default = COMMAND_ENTRYPOINT if command is not None else BUILTIN_ENTRYPOINT
+    entrypoint = sec.get("entrypoint", default)
     module_text, _, function = entrypoint.partition(":")
     if module_text.endswith(".py"):
         # A file path: trials import modules, found from the study file's folder first.
@@ -66,7 +70,10 @@ def read_trainer(
             (*key, "config_file"),
             "give trainer.config or trainer.config_file, not both",
         )
-    if not has_config and not has_file:
+    if not has_config and not has_file and command is not None:
+        # A script may take everything from its command line: no config is needed.
+        raw["config"] = {}
+    elif not has_config and not has_file:
         raise r.err(
             key,
             "needs config (a mapping, {} for the defaults) or config_file (a YAML file "
@@ -101,7 +108,12 @@ def read_trainer(
         schema = None
     config = normalize_config(r, config, schema, ckey)
     spec = TrainerSpec(
-        entrypoint=entrypoint, config=config, config_file=config_file, schema=schema_text
+        entrypoint=entrypoint,
+        config=config,
+        config_file=config_file,
+        schema=schema_text,
+        command=command,
+        metrics_pattern=metrics_pattern,
     )
     return spec, schema
 

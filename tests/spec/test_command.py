@@ -1,0 +1,232 @@
+"""``trainer.command`` and ``trainer.metrics_pattern``: what the loader accepts, what it refuses
+(file, line, field, did-you-mean), and the runnable checks of the executable."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dvt_hpo.exceptions import SpecError
+from dvt_hpo.spec import COMMAND_ENTRYPOINT, load_spec
+from tests.spec.helpers import BAD_PARAMS, case, check_bad
+
+CMD = """\
+study:
+  name: s
+trainer:
+  command: ["{python}", train.py, "--lr={lr}", --epochs, "{epochs}"]
+  config: {epochs: 1, optim: {momentum: 0.9}}
+search_space:
+  - {name: lr, path: lr, kind: float, low: 1.0e-4, high: 0.1, log: true}
+"""
+COMMAND_LINE = 4
+PATTERN = "  metrics_pattern: 'epoch (?P<step>\\d+) f1=(?P<macro_f1>[0-9.]+)'\n"
+
+
+def with_command(*args: str) -> str:
+    return CMD.replace('"{python}", train.py, "--lr={lr}", --epochs, "{epochs}"', ", ".join(args))
+
+
+def with_trainer_line(line: str) -> str:
+    """CMD with one more line in section trainer, after the command (line 5)."""
+    return CMD.replace("  config:", line + "  config:")
+
+
+def test_a_command_study_loads_with_the_command_entry_point(write: Callable[..., Path]) -> None:
+    spec = load_spec(write(with_trainer_line(PATTERN)))
+    assert spec.trainer.entrypoint == COMMAND_ENTRYPOINT
+    assert spec.trainer.command == ("{python}", "train.py", "--lr={lr}", "--epochs", "{epochs}")
+    assert spec.trainer.metrics_pattern == r"epoch (?P<step>\d+) f1=(?P<macro_f1>[0-9.]+)"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ('"{{literal}}"', '"--x={optim.momentum}"'),  # braces, a config field
+        ('"{trial_dir}/{trial_number}"', '"{config}"', '"{config_json}"'),  # reserved names
+        ('"{lr}"', '"{lr}"'),  # lr is not in trainer.config: the dimension writes it
+    ],
+)
+def test_placeholders_that_resolve(write: Callable[..., Path], args: tuple[str, ...]) -> None:
+    load_spec(write(with_command('"{python}"', *args)))
+
+
+def test_a_command_needs_no_config(write: Callable[..., Path]) -> None:
+    spec = load_spec(write(CMD.replace("  config: {epochs: 1, optim: {momentum: 0.9}}\n", "")
+                           .replace('--epochs, "{epochs}"', "--x")))  # fmt: skip
+    assert spec.trainer.config == {}
+
+
+CONDITIONAL = CMD + (
+    "  - {name: opt, path: opt, kind: categorical, choices: [sgd, adam]}\n"
+    "  - {name: beta, path: beta, kind: float, low: 0.8, high: 0.99, when: {opt: adam}}\n"
+)
+
+BAD = [
+    case(
+        "unknown-placeholder",
+        with_command('"{python}"', '"--lr={lrr}"'),
+        COMMAND_LINE,
+        "trainer.command[1]",
+        "placeholder {lrr}: 'lrr' is not a search dimension, a trainer.config field or a "
+        "reserved name; did you mean 'lr'?",
+        "(reserved: {config}, {config_json}, {trial_dir}, {trial_number}, {python})",
+    ),
+    case(
+        "config-field-typo",
+        with_command('"{python}"', '"{optim.momentun}"'),
+        COMMAND_LINE,
+        "trainer.command[1]",
+        "placeholder {optim.momentun}: not in trainer.config",
+        "did you mean 'momentum'?",
+    ),
+    case(
+        "conditional-dimension-without-default",
+        CONDITIONAL.replace('"{epochs}"', '"{beta}"'),
+        COMMAND_LINE,
+        "trainer.command[4]",
+        "dimension 'beta' is sampled only when its `when:` holds",
+        "give it a default there",
+    ),
+    case(
+        "format-spec",
+        with_command('"{python}"', '"--lr={lr:.3f}"'),
+        COMMAND_LINE,
+        "trainer.command[1]",
+        "{lr:.3f} has a format spec or conversion; write {lr}",
+    ),
+    case(
+        "unbalanced-brace",
+        with_command('"{python}"', '"--lr={lr"'),
+        COMMAND_LINE,
+        "trainer.command[1]",
+        "write {{ and }} for literal braces",
+    ),
+    case(
+        "not-a-list",
+        CMD.replace(
+            '["{python}", train.py, "--lr={lr}", --epochs, "{epochs}"]', '"python train.py"'
+        ),
+        COMMAND_LINE,
+        "trainer.command",
+        "must be a non-empty list of strings",
+    ),
+    case(
+        "a-number",
+        with_command('"{python}"', "train.py", "--epochs", "3"),
+        COMMAND_LINE,
+        "trainer.command[3]",
+        "must be a string (quote numbers",
+    ),
+    case(
+        "entrypoint-and-command",
+        with_trainer_line("  entrypoint: mylib:run\n"),
+        COMMAND_LINE,
+        "trainer.command",
+        "give trainer.entrypoint (a Python function run(config, ctx)) or trainer.command",
+    ),
+    case(
+        "command-entrypoint-without-command",
+        CMD.replace(
+            '  command: ["{python}", train.py, "--lr={lr}", --epochs, "{epochs}"]\n',
+            "  entrypoint: dvt_hpo.command:run\n",
+        ),
+        COMMAND_LINE,
+        "trainer.entrypoint",
+        "dvt_hpo.command:run runs a trainer.command: give the command instead",
+    ),
+    case(
+        "bad-regex",
+        with_trainer_line("  metrics_pattern: 'epoch (?P<step>\\d+'\n"),
+        5,
+        "trainer.metrics_pattern",
+        "is not a valid regular expression: missing ), unterminated subpattern",
+    ),
+    case(
+        "regex-without-step",
+        with_trainer_line("  metrics_pattern: 'f1=(?P<f1>[0-9.]+)'\n"),
+        5,
+        "trainer.metrics_pattern",
+        "needs a named group 'step'",
+        "it has ['f1']",
+    ),
+    case(
+        "regex-without-metric",
+        with_trainer_line("  metrics_pattern: 'epoch (?P<step>\\d+)'\n"),
+        5,
+        "trainer.metrics_pattern",
+        "needs a named group per metric besides 'step'",
+    ),
+    case(
+        "pattern-without-command",
+        CMD.replace(
+            '  command: ["{python}", train.py, "--lr={lr}", --epochs, "{epochs}"]\n',
+            "  entrypoint: mylib:run\n" + PATTERN,
+        ),
+        5,
+        "trainer.metrics_pattern",
+        "applies to trainer.command",
+    ),
+    case(
+        "batch-size-search",
+        CMD + "batch_size: {auto: true, path: batch}\n",
+        8,
+        "batch_size.auto",
+        "a trainer.command script cannot be probed for the batch size that fits",
+        "set auto: false, or search the batch size as a dimension",
+    ),
+]
+
+
+@pytest.mark.parametrize(BAD_PARAMS, BAD)
+def test_bad_command(
+    write: Callable[..., Path],
+    text: Any,
+    overrides: Any,
+    file: Any,
+    line: Any,
+    field: Any,
+    contains: Any,
+    absent: Any,
+) -> None:
+    check_bad(write, text, overrides, file, line, field, contains, absent)
+
+
+RUNNABLE_BAD = [
+    ('"trainx", "--lr={lr}"', 0, "executable 'trainx' is not found on PATH"),
+    ('"{python}", nope.py', 1, "no such script: 'nope.py' (trials run in the study file's"),
+    ('"./nope.sh"', 0, "no such file: './nope.sh'"),
+    ('"./plain.sh"', 0, "'./plain.sh' is not executable: chmod +x it"),
+    (
+        '"train.py"',
+        0,
+        """'train.py' is a file in the study folder: write ["{python}", "train.py",""",
+    ),
+    ('"run.sh"', 0, "'run.sh' is a file in the study folder: write './run.sh'"),
+]
+
+
+@pytest.mark.parametrize(("args", "index", "message"), RUNNABLE_BAD)
+def test_the_executable_must_exist(
+    write: Callable[..., Path], args: str, index: int, message: str
+) -> None:
+    write("print('hi')\n", name="train.py")
+    write("echo hi\n", name="plain.sh")
+    os.chmod(write("echo hi\n", name="run.sh"), 0o755)
+    path = write(with_command(args))
+    with pytest.raises(SpecError) as info:
+        load_spec(path, check_runnable=True)
+    err = info.value
+    assert (err.line, err.field) == (COMMAND_LINE, f"trainer.command[{index}]"), str(err)
+    assert message in str(err)
+
+
+@pytest.mark.parametrize("args", ['"{python}", train.py', '"./run.sh"', "bash, -c, 'exit 0'"])
+def test_an_executable_that_exists(write: Callable[..., Path], args: str) -> None:
+    write("print('hi')\n", name="train.py")
+    os.chmod(write("echo hi\n", name="run.sh"), 0o755)
+    load_spec(write(with_command(args)), check_runnable=True)
