@@ -1,4 +1,5 @@
-"""Section ``objective``: the metric, its direction and how a trial's history is reduced.
+"""Section ``objective``: the metric (or several), their directions, the constraints, and how
+a trial's history is reduced.
 
 The direction is inferred only from names whose meaning is not in doubt. A wrong guess is the
 worst failure of an HPO tool: ``val_mse`` maximized makes the worst trial "best", and a stored
@@ -20,21 +21,26 @@ the whole word is unknown):
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from dvt_hpo.hints import describe
 from dvt_hpo.spec.fields import Reader
-from dvt_hpo.spec.model import ObjectiveSpec
+from dvt_hpo.spec.model import ConstraintSpec, MetricSpec, ObjectiveSpec
 from dvt_hpo.spec.source import Key
 
 __all__ = [
     "MAXIMIZE_WORDS",
     "MINIMIZE_WORDS",
     "Inference",
+    "describe_constraint",
     "describe_objective",
     "infer_direction",
+    "read_constraints",
+    "read_metrics",
     "read_objective",
 ]
 
@@ -143,25 +149,135 @@ def infer_direction(metric: str) -> Inference:
     return Inference(direction, f"{head!r}: {better} is better")
 
 
+def describe_constraint(constraint: ConstraintSpec) -> str:
+    """``n_params <= 5e+06``, ``0.5 <= recall`` or ``0 <= x <= 1``."""
+    low = f"{constraint.min:g} <= " if constraint.min is not None else ""
+    high = f" <= {constraint.max:g}" if constraint.max is not None else ""
+    return f"{low}{constraint.metric}{high}"
+
+
 def describe_objective(objective: ObjectiveSpec) -> str:
-    """The objective as the start line of a run shows it: ``maximize macro_f1 (best of epochs)``."""
-    reduce = "best of epochs" if objective.reduce == "best" else "last epoch"
-    return f"{objective.direction} {objective.metric} ({reduce})"
+    """The objective as the start line of a run shows it: ``maximize macro_f1 (best of epochs)``;
+    with several, ``maximize macro_f1, minimize latency_ms (the epoch best on macro_f1)``."""
+    pairs = ", ".join(
+        f"{d} {n}" for n, d in zip(objective.names, objective.directions, strict=True)
+    )
+    if not objective.is_multi:
+        reduce = "best of epochs" if objective.reduce == "best" else "last epoch"
+    elif objective.reduce == "best":
+        reduce = f"the epoch best on {objective.names[0]}"
+    else:
+        reduce = "last epoch"
+    text = f"{pairs} ({reduce})"
+    if objective.constraints:
+        text += ", subject to " + ", ".join(map(describe_constraint, objective.constraints))
+    return text
+
+
+def _direction(r: Reader, metric: str, key: Key, fix: str) -> Direction:
+    inferred = infer_direction(metric)
+    if inferred.direction is None:
+        raise r.err(
+            key,
+            f"cannot tell whether {metric!r} is to be minimized or maximized "
+            f"({inferred.reason}); set {fix}: minimize or maximize (a stored "
+            "study's direction cannot be changed later)",
+        )
+    return inferred.direction
+
+
+def _names_list(r: Reader, value: Any, key: Key, what: str, example: str) -> list[Any]:
+    if not isinstance(value, list) or not value:
+        raise r.err(
+            key, f"must be a non-empty list of {what} such as {example}, got {describe(value)}"
+        )
+    return value
+
+
+def read_metrics(r: Reader, value: Any, key: Key) -> tuple[MetricSpec, ...]:
+    """``objective.metrics``: unique names, each direction given or inferred from its name."""
+    items = _names_list(
+        r, value, key, "objectives", "[{name: macro_f1}, {name: latency_ms, direction: minimize}]"
+    )
+    metrics: list[MetricSpec] = []
+    for i, item in enumerate(items):
+        ikey = (*key, i)
+        sec = r.section(MetricSpec, item, ikey, "an objective")
+        if "name" not in sec:
+            raise r.err(ikey, "an objective needs 'name': the metric the trainer reports")
+        name = sec["name"]
+        if name in (m.name for m in metrics):
+            raise r.err((*ikey, "name"), f"objective {name!r} is listed twice; names are unique")
+        direction = sec.get("direction") or _direction(
+            r, name, (*ikey, "name"), f"objective.metrics[{i}].direction"
+        )
+        metrics.append(MetricSpec(name=name, direction=direction))
+    return tuple(metrics)
+
+
+def read_constraints(r: Reader, value: Any, key: Key) -> tuple[ConstraintSpec, ...]:
+    """``objective.constraints``: unique metrics, each with a finite ``max`` and/or ``min``."""
+    items = _names_list(r, value, key, "constraints", "[{metric: n_params, max: 5.0e6}]")
+    constraints: list[ConstraintSpec] = []
+    for i, item in enumerate(items):
+        ikey = (*key, i)
+        sec = r.section(ConstraintSpec, item, ikey, "a constraint")
+        if "metric" not in sec:
+            raise r.err(ikey, "a constraint needs 'metric': the metric the trainer reports")
+        metric = sec["metric"]
+        if metric in (c.metric for c in constraints):
+            raise r.err(
+                (*ikey, "metric"),
+                f"metric {metric!r} has two constraints; give one with both max and min",
+            )
+        low, high = sec.get("min"), sec.get("max")
+        if low is None and high is None:
+            raise r.err(ikey, f"the constraint on {metric!r} needs max, min or both")
+        for bound, bound_value in (("min", low), ("max", high)):
+            if bound_value is not None and not math.isfinite(bound_value):
+                raise r.err((*ikey, bound), f"must be a finite number, got {bound_value!r}")
+        if low is not None and high is not None and low > high:
+            raise r.err(
+                (*ikey, "min"),
+                f"min {low:g} is greater than max {high:g}: no value of {metric!r} is feasible",
+            )
+        constraints.append(ConstraintSpec(metric=metric, max=high, min=low))
+    return tuple(constraints)
 
 
 def read_objective(r: Reader, root: Mapping[str, Any]) -> ObjectiveSpec:
     key: Key = ("objective",)
     sec = r.section(ObjectiveSpec, root.get("objective"), key, "section 'objective'")
+    reduce = sec.get("reduce", "best")
+    constraints = ()
+    if sec.get("constraints") is not None:
+        constraints = read_constraints(r, sec["constraints"], (*key, "constraints"))
+    if sec.get("metrics") is not None:
+        for other in ("metric", "direction"):
+            if other in sec:
+                raise r.err(
+                    (*key, other),
+                    f"objective.{other} and objective.metrics are mutually exclusive: list "
+                    "every objective under metrics, each with its own name and direction",
+                )
+        metrics = read_metrics(r, sec["metrics"], (*key, "metrics"))
+        first = metrics[0]
+        assert first.direction is not None
+        return ObjectiveSpec(
+            metric=first.name,
+            direction=first.direction,
+            reduce=reduce,
+            metrics=metrics,
+            constraints=constraints,
+        )
     metric = sec.get("metric", "loss")
-    direction = sec.get("direction")
-    if direction is None:
-        inferred = infer_direction(metric)
-        if inferred.direction is None:
-            raise r.err(
-                (*key, "metric"),
-                f"cannot tell whether {metric!r} is to be minimized or maximized "
-                f"({inferred.reason}); set objective.direction: minimize or maximize (a stored "
-                "study's direction cannot be changed later)",
-            )
-        direction = inferred.direction
-    return ObjectiveSpec(metric=metric, direction=direction, reduce=sec.get("reduce", "best"))
+    direction = sec.get("direction") or _direction(
+        r, metric, (*key, "metric"), "objective.direction"
+    )
+    return ObjectiveSpec(
+        metric=metric,
+        direction=direction,
+        reduce=reduce,
+        metrics=(MetricSpec(metric, direction),),
+        constraints=constraints,
+    )
