@@ -3,9 +3,9 @@
 The study loop stores each COMPLETE or PRUNED trial's values (:mod:`dvt_hpo.reduction`) in
 the trial system attr Optuna names ``constraints`` BEFORE it tells the trial, whatever the
 sampler: ``Study.best_trial(s)`` and optuna-dashboard then treat the trial as infeasible when
-one value is ``> 0``. Samplers that accept a ``constraints_func`` (TPE, NSGA-II/III, GP) get
-:func:`stored_constraints`, which reads those values back (and which they write again, the
-same list, after the tell).
+one value is ``> 0``. Optuna 5's samplers (TPE, NSGA-II/III, GP) read them themselves; under
+Optuna 4 they get :func:`stored_constraints` as ``constraints_func``, which reads them back
+(and which they write again, the same list, after the tell).
 
 The list form under the plain ``constraints`` key is the one every supported Optuna (4.9 and 5,
 which also reads named ``constraints:<key>`` attrs) and optuna-dashboard read.

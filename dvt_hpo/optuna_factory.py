@@ -32,6 +32,7 @@ __all__ = [
     "missing_packages",
     "pruner_class",
     "sampler_class",
+    "samplers_read_constraints",
     "supports_multi_objective",
     "yaml_parameters",
 ]
@@ -110,6 +111,12 @@ def accepts_constraints(kind: str) -> bool:
         return False
 
 
+def samplers_read_constraints() -> bool:
+    """Whether this Optuna's samplers read a trial's stored constraint values without a
+    ``constraints_func`` (Optuna 5, which added ``Trial.set_constraint`` with it)."""
+    return hasattr(optuna.trial.Trial, "set_constraint")
+
+
 def missing_packages(names: Sequence[str]) -> list[str]:
     """The packages of ``names`` that cannot be found (without importing any of them)."""
     return [name for name in names if importlib.util.find_spec(name) is None]
@@ -141,8 +148,10 @@ def build_sampler(
     - TPE gets ``constant_liar=True`` when ``parallel > 1`` unless the spec sets it, so that
       concurrent trials do not all sample the same promising point;
     - ``grid`` gets its ``search_space`` from the dimensions (every value each can take);
-    - ``constrained``: samplers that accept it get a ``constraints_func`` reading the values
-      the study loop stores on each trial before telling it (:mod:`dvt_hpo.constraints`).
+    - ``constrained``: the study loop stores each trial's constraint values before telling it
+      (:mod:`dvt_hpo.constraints`). Optuna 5's samplers read them themselves (and deprecate
+      ``constraints_func``); under Optuna 4 samplers that accept one get a ``constraints_func``
+      reading them back.
     """
     kwargs: dict[str, Any] = dict(spec.kwargs)
     if spec.kind in _OFFSET_SEED_KINDS and kwargs.get("seed") is not None and seed_offset:
@@ -160,7 +169,7 @@ def build_sampler(
                 )
             grid[dim.name] = values
         kwargs["search_space"] = grid
-    if constrained and accepts_constraints(spec.kind):
+    if constrained and accepts_constraints(spec.kind) and not samplers_read_constraints():
         from dvt_hpo.constraints import stored_constraints
 
         kwargs["constraints_func"] = stored_constraints
