@@ -217,9 +217,7 @@ def test_an_old_study_without_system_attrs_still_resumes(
     constraint added to its trials (which had none) is refused."""
     spec = objective_of()
     assert compare(spec, stored_from(spec)).ok
-    constrained = spec_of(
-        objective={"metric": "score", "direction": "maximize", "constraints": LIMIT}
-    )
+    constrained = objective_of({"metric": "score", "direction": "maximize", "constraints": LIMIT})
     assert [d.field for d in compare(constrained, stored_from(spec)).refusals] == [
         "objective.constraints"
     ]
