@@ -11,7 +11,8 @@ digit (``valid/f1/macro`` -> ``valid f1 macro``; ``valLoss`` is split at the cas
 the whole word is unknown):
 
 1. qualifiers are set aside: split prefixes and suffixes (``val``, ``valid``, ``test``, ``train``,
-   ``eval``), aggregations (``mean``, ``macro``, ``top1``, ``at``, numbers) and ``score``/``rate``;
+   ``eval``), aggregations (``mean``, ``macro``, ``top1``, ``at``, numbers), ``score``/``rate``
+   and units (``ms``, ``s``, ``mb``, ``pct``, ...);
 2. the last remaining word is the head and must be a word of known direction (``loss``,
    ``mse``, ``accuracy``, ``f1``, ...); words before it may narrow it (``box_loss``,
    ``balanced_accuracy``) but not point the other way (``time_to_accuracy``);
@@ -69,6 +70,9 @@ QUALIFIERS = frozenset(
         "holdout", "mean", "avg", "average", "macro", "micro", "weighted", "overall", "global",
         "total", "sum", "top", "at", "k", "per", "class", "epoch", "step", "best", "final",
         "last", "score", "rate", "metric", "value", "objective",
+        # units: `latency_ms` is a latency whatever it is counted in
+        "ms", "us", "ns", "s", "sec", "secs", "kb", "mb", "gb", "kib", "mib", "gib", "pct",
+        "percent",
     }
 )
 # Words that turn a quantity around or make it relative: their direction is not the head's.

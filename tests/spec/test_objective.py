@@ -29,7 +29,10 @@ DIRECTIONS = [
     ("word_error_rate", MIN),
     ("val_wer", MIN),
     ("cer", MIN),
-    ("latency_ms", REFUSE),  # 'ms' is not a known word: refuse rather than guess
+    ("latency_ms", MIN),  # a unit qualifies the word before it
+    ("val_time_s", MIN),
+    ("epoch_s", REFUSE),  # units and qualifiers only: nothing to decide on
+    ("peak_memory_mb", REFUSE),  # 'memory' has no known direction
     ("latency", MIN),
     ("box_loss", MIN),
     ("cross_entropy", MIN),
@@ -170,10 +173,10 @@ def multi_study(*lines: str) -> str:
 MULTI_BAD = [
     case(
         "ambiguous-direction-of-an-item",
-        multi_with(ITEM_2, "    - {name: latency_ms}\n"),
+        multi_with(ITEM_2, "    - {name: peak_memory_mb}\n"),
         10,
         "objective.metrics[1].name",
-        "'latency_ms'",
+        "'peak_memory_mb'",
         "set objective.metrics[1].direction: minimize or maximize",
     ),
     case(
