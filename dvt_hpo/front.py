@@ -14,7 +14,7 @@ from typing import Any
 
 from dvt_hpo.constraints import constraints_of, is_feasible, violation
 
-__all__ = ["Best", "format_values", "no_feasible_message", "pareto_front", "select_best"]
+__all__ = ["Best", "no_feasible_message", "pareto_front", "select_best"]
 
 
 @dataclass(frozen=True)
@@ -67,11 +67,6 @@ def select_best(trials: Sequence[Any], directions: Sequence[str]) -> Best:
         best = min(feasible, key=lambda t: (sign * t.values[0], t.number))
         return Best((best,), len(complete))
     return Best(tuple(pareto_front(feasible, directions)), len(complete))
-
-
-def format_values(trial: Any, names: Sequence[str], digits: int = 6) -> str:
-    """``macro_f1=0.91 latency_ms=3.2``."""
-    return " ".join(f"{n}={v:.{digits}g}" for n, v in zip(names, trial.values, strict=False))
 
 
 def no_feasible_message(best: Best, study: str, constraints: Sequence[str] = ()) -> str:
