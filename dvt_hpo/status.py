@@ -3,7 +3,9 @@
 Cheap on large studies (``benchmarks/status_speed.py``): on RDB storages the counts are one
 ``GROUP BY`` and the last failures one ordered ``LIMIT`` query, the best trial is Optuna's own
 ``get_best_trial`` query, and only RUNNING trials and those few failures are loaded as objects.
-Optuna's ``get_n_trials`` and ``load_study``'s trial cache would load every trial.
+Optuna's ``get_n_trials`` and ``load_study``'s trial cache would load every trial. Studies
+with several objectives or with constraints load their COMPLETE trials once: a Pareto front and
+feasibility need every value (:mod:`dvt_hpo.front`), which no single query gives.
 """
 
 from __future__ import annotations
