@@ -88,14 +88,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="as for run: accept a search space that differs from the stored study's",
     )
 
-    best = sub.add_parser("best", help="show the best trial; optionally export its config")
+    best = sub.add_parser(
+        "best",
+        help="show the best trial (several objectives: the Pareto front); optionally export one",
+    )
     best.add_argument("study", type=Path)
     _add_overrides(best)
     best.add_argument(
         "--export",
         type=Path,
         metavar="FILE",
-        help="write the best trial's full trainer config (checkpointing on) as YAML",
+        help="write the best trial's (or --trial N's) full trainer config (checkpointing on) "
+        "as YAML",
+    )
+    best.add_argument(
+        "--trial",
+        type=_non_negative_int,
+        metavar="N",
+        help="show (and --export) trial N, any complete trial; needed to export from a study "
+        "with several objectives",
     )
 
     train = sub.add_parser("train", help="train one trainer config (built-in trainer)")
@@ -122,6 +133,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dashboard.add_argument("--port", type=int, default=8080, help="default: 8080")
     return parser
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a trial number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a trial number (>= 0), got {value}")
+    return value
 
 
 def _positive_int(text: str) -> int:
@@ -205,7 +226,7 @@ def _cmd_best(args: argparse.Namespace) -> int:
     import yaml
 
     from dvt_hpo.atomic import write_text_atomic
-    from dvt_hpo.best import best_config
+    from dvt_hpo.best import best_config, show_best
     from dvt_hpo.spec import load_spec
     from dvt_hpo.storage import study_storage
     from dvt_hpo.study_reader import open_existing_study
@@ -218,14 +239,11 @@ def _cmd_best(args: argparse.Namespace) -> int:
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     if not complete:
         raise DvtHpoError(f"study {spec.study.name!r} has no completed trial yet")
-    best = study.best_trial
-    print(f"best trial {best.number}: {spec.objective.metric}={best.value:.6g}")
-    for name, value in best.params.items():
-        print(f"  {name}: {value}")
-    if "batch_size" in best.user_attrs:
-        print(f"  batch size found: {best.user_attrs['batch_size']}")
+    best = show_best(
+        spec, study, trial_number=args.trial, export=args.export is not None, out=print
+    )
     if args.export is not None:
-        config, as_ran = best_config(spec, study, storage)
+        config, as_ran = best_config(spec, study, storage, best)
         try:
             write_text_atomic(args.export, yaml.safe_dump(config, sort_keys=False))
         except OSError as exc:

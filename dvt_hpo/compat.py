@@ -1,7 +1,8 @@
 """Whether a study file still fits the study stored under its name, and what to store.
 
 A study's trials are only comparable when they optimize the same quantity the same way: a
-changed direction, objective metric or reduction would rank values of different quantities as
+changed direction, objective metric or reduction, a changed list of objectives (names,
+directions, order, count) or of constraints would rank values of different quantities as
 one, so they refuse the run (exit 2), as a changed search space does unless
 ``--allow-space-change``. Changed sampler or pruner settings only inform: they affect how later
 trials are chosen or stopped, not what earlier values mean.
@@ -26,16 +27,22 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ATTR_PREFIX",
+    "CONSTRAINTS_ATTR",
+    "OBJECTIVES_ATTR",
     "Comparison",
     "Difference",
     "compare",
     "check_stored_study",
     "refusal_error",
     "settings_attrs",
+    "system_attrs",
 ]
 
 # The study user attrs the study loop writes (keys as the first release wrote them).
 ATTR_PREFIX = "dvt_hpo:"
+# Study system attrs: the objectives and constraints a study was created with.
+OBJECTIVES_ATTR = ATTR_PREFIX + "objectives"
+CONSTRAINTS_ATTR = ATTR_PREFIX + "constraints"
 
 
 @dataclass(frozen=True)
@@ -67,8 +74,100 @@ def settings_attrs(spec: StudySpec) -> dict[str, Any]:
             "metric": spec.objective.metric,
             "direction": spec.objective.direction,
             "reduce": spec.objective.reduce,
+            # Only when used, so a plain study's attr stays as the first release wrote it.
+            **({"metrics": _objectives(spec)} if spec.objective.is_multi else {}),
+            **({"constraints": _constraints(spec)} if spec.objective.constraints else {}),
         },
     }
+
+
+def _objectives(spec: StudySpec) -> list[dict[str, str]]:
+    return [
+        {"name": n, "direction": d}
+        for n, d in zip(spec.objective.names, spec.objective.directions, strict=True)
+    ]
+
+
+def _constraints(spec: StudySpec) -> list[dict[str, Any]]:
+    return [{"metric": c.metric, "min": c.min, "max": c.max} for c in spec.objective.constraints]
+
+
+def system_attrs(spec: StudySpec) -> dict[str, Any]:
+    """The study system attrs that pin its objectives and constraints (JSON-safe): written
+    when the study is created (or first run by a release that knows them), then compared."""
+    return {OBJECTIVES_ATTR: _objectives(spec), CONSTRAINTS_ATTR: _constraints(spec)}
+
+
+def _constraint_text(items: Any) -> str:
+    if not items:
+        return "none"
+    parts = []
+    for c in items:
+        low = f"{c.get('min'):g} <= " if c.get("min") is not None else ""
+        high = f" <= {c.get('max'):g}" if c.get("max") is not None else ""
+        parts.append(f"{low}{c.get('metric')}{high}")
+    return ", ".join(parts)
+
+
+def _objective_refusals(spec: StudySpec, stored: StoredStudy) -> list[Difference]:
+    """Directions (Optuna's own record), names and constraints (our system attrs; a study
+    from before they were stored: the objective user attr, and no constraints once it has
+    trials)."""
+    objective = spec.objective
+    multi = objective.is_multi or len(stored.directions) > 1
+    field = "objective.metrics" if multi else "objective.metric"
+    refusals: list[Difference] = []
+    directions = stored.directions or (stored.direction,)
+    if len(directions) != len(objective.directions):
+        refusals.append(
+            Difference(
+                field,
+                f"{len(directions)} objective(s) -> {len(objective.directions)} (a study's number "
+                "of objectives is fixed when it is created)",
+            )
+        )
+    elif tuple(directions) != objective.directions:
+        if multi:
+            refusals.append(
+                Difference(field, f"directions {list(directions)} -> {list(objective.directions)}")
+            )
+        else:
+            refusals.append(
+                Difference(
+                    "objective.direction", f"direction {directions[0]!r} -> {objective.direction!r}"
+                )
+            )
+    stored_objectives = stored.system_attrs.get(OBJECTIVES_ATTR)
+    old_objective = stored.user_attrs.get(ATTR_PREFIX + "objective")
+    names: list[Any] | None = None
+    if isinstance(stored_objectives, list):
+        names = [o.get("name") for o in stored_objectives if isinstance(o, Mapping)]
+    elif isinstance(old_objective, Mapping) and old_objective.get("metric") is not None:
+        names = [old_objective["metric"]]
+    same_count = len(directions) == len(objective.directions)
+    if names is not None and names != list(objective.names) and same_count:
+        if multi:
+            refusals.append(Difference(field, f"objectives {names} -> {list(objective.names)}"))
+        else:
+            refusals.append(
+                Difference("objective.metric", f"metric {names[0]!r} -> {objective.metric!r}")
+            )
+    stored_constraints = stored.system_attrs.get(CONSTRAINTS_ATTR)
+    if (
+        stored_constraints is None
+        and stored.n_trials
+        and OBJECTIVES_ATTR not in stored.system_attrs
+    ):
+        stored_constraints = []  # trials from before constraints existed: none had any
+    if isinstance(stored_constraints, list) and stored_constraints != _constraints(spec):
+        refusals.append(
+            Difference(
+                "objective.constraints",
+                f"constraints {_constraint_text(stored_constraints)} -> "
+                f"{_constraint_text(_constraints(spec))}",
+            )
+        )
+    return refusals
 
 
 def compare(
@@ -80,20 +179,12 @@ def compare(
 
     wanted = settings_attrs(spec)
     attrs: Mapping[str, Any] = stored.user_attrs
-    refusals: list[Difference] = []
-    if stored.direction != spec.objective.direction:
-        refusals.append(
-            Difference(
-                "objective.direction",
-                f"direction {stored.direction!r} -> {spec.objective.direction!r}",
-            )
-        )
+    refusals = _objective_refusals(spec, stored)
     old_objective = attrs.get(ATTR_PREFIX + "objective")
     if isinstance(old_objective, Mapping):
-        for name in ("metric", "reduce"):
-            before, after = old_objective.get(name), getattr(spec.objective, name)
-            if before is not None and before != after:
-                refusals.append(Difference(f"objective.{name}", f"{name} {before!r} -> {after!r}"))
+        before, after = old_objective.get("reduce"), spec.objective.reduce
+        if before is not None and before != after:
+            refusals.append(Difference("objective.reduce", f"reduce {before!r} -> {after!r}"))
     space_changes: list[str] = []
     old_space = attrs.get(ATTR_PREFIX + "space")
     if isinstance(old_space, Mapping):

@@ -52,15 +52,19 @@ class TrialFinished:
     reason: str | None  # why it failed or was pruned
     duration_s: float
     user_attrs: dict[str, Any]  # batch size, probes, epochs, host, ...
+    values: tuple[float, ...] = ()  # every objective's (COMPLETE), in the study's order
+    feasible: bool | None = None  # None: the study has no constraints, or nothing to judge
 
 
 @dataclass(frozen=True)
 class StudyEnded:
     n_done: int  # COMPLETE + PRUNED in the study now
-    best_value: float | None
+    best_value: float | None  # the best FEASIBLE trial's (one objective)
     best_params: dict[str, Any] | None
     best_number: int | None
     exit_code: int
+    # Several objectives: the feasible Pareto front's trial numbers (best_* are then None).
+    front: tuple[int, ...] = ()
 
 
 class StudyObserver(Protocol):

@@ -10,11 +10,15 @@ from __future__ import annotations
 import html
 import math
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dvt_hpo.constraints import constraints_of
 from dvt_hpo.exceptions import DvtHpoError
+from dvt_hpo.front import no_feasible_message, select_best
+from dvt_hpo.spec.objective import describe_objective
 
 if TYPE_CHECKING:
     import optuna
@@ -47,18 +51,35 @@ def _fmt(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _trial_table(trials: list[optuna.trial.FrozenTrial], metric: str) -> str:
+def _trial_table(
+    trials: list[optuna.trial.FrozenTrial], metrics: list[str], constrained: bool = False
+) -> str:
     names: list[str] = []
     for t in trials:
         names.extend(n for n in t.params if n not in names)
-    head = ["trial", "state", metric, *names, "duration s", "batch size", "epochs", "reason"]
+    feasible = ["feasible"] if constrained else []
+    head = [
+        "trial",
+        "state",
+        *metrics,
+        *feasible,
+        *names,
+        "duration s",
+        "batch size",
+        "epochs",
+        "reason",
+    ]
     rows = ["<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"]
     for t in trials:
         attrs = t.user_attrs
+        values = list(t.values) if t.values is not None else []
+        values += [None] * (len(metrics) - len(values))
+        stored = constraints_of(t.system_attrs)
         cells = [
             t.number,
             t.state.name,
-            t.value,
+            *values[: len(metrics)],
+            *(([_feasible_cell(stored)]) if constrained else []),
             *(t.params.get(n) for n in names),
             attrs.get("duration_s"),
             attrs.get("batch_size"),
@@ -73,14 +94,56 @@ def _trial_table(trials: list[optuna.trial.FrozenTrial], metric: str) -> str:
     return "<table>\n" + "\n".join(rows) + "\n</table>"
 
 
-def _sections(study: optuna.Study) -> list[tuple[str, Callable[[], Any] | str]]:
-    """(title, figure factory or a note saying why the plot is skipped)."""
+def _feasible_cell(values: tuple[float, ...] | None) -> str | None:
+    if values is None:
+        return None  # failed, or running: nothing to judge
+    return "yes" if all(v <= 0.0 for v in values) else "no"
+
+
+def _sections(
+    study: optuna.Study, metrics: list[str] | None = None, constrained: bool = False
+) -> list[tuple[str, Callable[[], Any] | str]]:
+    """(title, figure factory or a note saying why the plot is skipped). With several
+    objectives: the Pareto front (infeasible trials marked), then each objective's history."""
     from optuna import visualization as vis
     from optuna.trial import TrialState
 
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     with_steps = any(t.intermediate_values for t in study.get_trials(deepcopy=False))
     none = "no complete trial yet"
+    metrics = metrics or ["value"]
+    if len(metrics) > 1:
+        # Infeasible trials are marked from their stored constraint values (Optuna >= 4).
+        kwargs: dict[str, Any] = {"target_names": metrics}
+        sections: list[tuple[str, Callable[[], Any] | str]] = [
+            ("Pareto front", (lambda: vis.plot_pareto_front(study, **kwargs)) if complete else none)
+        ]
+        for i, name in enumerate(metrics):
+            sections.append(
+                (
+                    f"Optimization history: {name}",
+                    (
+                        lambda i=i, name=name: vis.plot_optimization_history(
+                            study, target=lambda t: t.values[i], target_name=name
+                        )
+                    )
+                    if complete
+                    else none,
+                )
+            )
+        sections.append(
+            (
+                f"Parameter importances for {metrics[0]}",
+                (
+                    lambda: vis.plot_param_importances(
+                        study, target=lambda t: t.values[0], target_name=metrics[0]
+                    )
+                )
+                if len(complete) >= 2
+                else "needs at least 2 complete trials",
+            )
+        )
+        return sections
     return [
         (
             "Optimization history",
@@ -105,6 +168,20 @@ def _sections(study: optuna.Study) -> list[tuple[str, Callable[[], Any] | str]]:
     ]
 
 
+def _best_text(study: optuna.Study, spec: StudySpec) -> str:
+    """The best feasible trial, the front's trial numbers, or that none is feasible."""
+    objective = spec.objective
+    best = select_best(study.get_trials(deepcopy=False), objective.directions)
+    if best.none_feasible:
+        return no_feasible_message(best, spec.study.name, [c.metric for c in objective.constraints])
+    if not best.trials:
+        return "no complete trial yet"
+    if objective.is_multi:
+        return f"Pareto front (feasible): trials {', '.join(str(t.number) for t in best.trials)}"
+    top = best.trials[0]
+    return f"best trial {top.number}: {objective.metric}={top.values[0]:.6g}"
+
+
 def render_report(study: optuna.Study, spec: StudySpec) -> str:
     _require_plotly()
     from dvt_hpo.storage import redact_url
@@ -121,21 +198,25 @@ def render_report(study: optuna.Study, spec: StudySpec) -> str:
         f"<h1>{html.escape(title)}</h1>",
         '<div class="meta">'
         + html.escape(
-            f"{redact_url(spec.study.storage)} · {spec.objective.direction} "
-            f"{spec.objective.metric} · "
+            f"{redact_url(spec.study.storage)} · {describe_objective(spec.objective)} · "
             + ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items()))
             + f" · written {time.strftime('%Y-%m-%d %H:%M:%S %Z')}"
         )
         + "</div>",
+        f"<p>{html.escape(_best_text(study, spec))}</p>",
     ]
     js_included = False
-    for heading, plot in _sections(study):
+    constrained = bool(spec.objective.constraints)
+    for heading, plot in _sections(study, list(spec.objective.names), constrained):
         parts.append(f"<h2>{html.escape(heading)}</h2>")
         if isinstance(plot, str):
             parts.append(f'<p class="note">skipped: {html.escape(plot)}</p>')
             continue
         try:
-            figure = plot()
+            with warnings.catch_warnings():
+                # Optuna's notes on custom targets and experimental plots are not the reader's.
+                warnings.simplefilter("ignore")
+                figure = plot()
         except Exception as exc:  # noqa: BLE001 - e.g. the importance evaluator on odd data
             parts.append(
                 f'<p class="note">skipped: {html.escape(type(exc).__name__)}: '
@@ -146,7 +227,7 @@ def render_report(study: optuna.Study, spec: StudySpec) -> str:
         parts.append(figure.to_html(full_html=False, include_plotlyjs=not js_included))
         js_included = True
     parts.append(f"<h2>Trials ({len(trials)})</h2>")
-    parts.append(_trial_table(trials, spec.objective.metric))
+    parts.append(_trial_table(trials, list(spec.objective.names), constrained))
     parts.append("</body></html>")
     return "\n".join(parts)
 

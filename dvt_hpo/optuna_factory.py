@@ -27,10 +27,13 @@ __all__ = [
     "SAMPLER_PACKAGES",
     "BUILT_ARGUMENTS",
     "build_pruner",
+    "accepts_constraints",
     "build_sampler",
     "missing_packages",
     "pruner_class",
     "sampler_class",
+    "samplers_read_constraints",
+    "supports_multi_objective",
     "yaml_parameters",
 ]
 
@@ -44,6 +47,7 @@ SAMPLER_CLASSES: dict[str, str] = {
     "gp": "GPSampler",
     "grid": "GridSampler",
     "nsga2": "NSGAIISampler",
+    "nsga3": "NSGAIIISampler",
     "bruteforce": "BruteForceSampler",
 }
 PRUNER_CLASSES: dict[str, str] = {
@@ -66,7 +70,10 @@ PRUNER_PACKAGES: dict[str, tuple[str, ...]] = {"wilcoxon": ("scipy",)}
 BUILT_ARGUMENTS: dict[str, tuple[str, ...]] = {"grid": ("search_space",)}
 # Kinds whose seed gets the resume offset. QMC and grid are left alone: they continue from what
 # the study storage says was already sampled, and a new seed would restart their sequence.
-_OFFSET_SEED_KINDS = frozenset({"tpe", "random", "cmaes", "gp", "nsga2", "bruteforce"})
+_OFFSET_SEED_KINDS = frozenset({"tpe", "random", "cmaes", "gp", "nsga2", "nsga3", "bruteforce"})
+# Kinds whose Optuna class raises on a multi-objective study (found in its source when the
+# source can be read; this list is the fallback).
+_SINGLE_OBJECTIVE_KINDS = frozenset({"cmaes"})
 
 
 def sampler_class(kind: str) -> type:
@@ -83,6 +90,31 @@ def pruner_class(kind: str) -> type:
     if cls is None:  # pragma: no cover - depends on the Optuna release
         raise KeyError(f"this Optuna release ({optuna.__version__}) has no pruner {kind!r}")
     return cls
+
+
+def supports_multi_objective(kind: str) -> bool:
+    """Whether the sampler of ``kind`` accepts a study with several objectives. Optuna's
+    single-objective samplers call ``_raise_error_if_multi_objective``; reading the source
+    follows new releases without a list to maintain."""
+    try:
+        source = inspect.getsource(sampler_class(kind))
+    except (OSError, TypeError, KeyError):
+        return kind not in _SINGLE_OBJECTIVE_KINDS
+    return "_raise_error_if_multi_objective" not in source
+
+
+def accepts_constraints(kind: str) -> bool:
+    """Whether the sampler of ``kind`` takes a ``constraints_func`` (TPE, NSGA-II/III, GP)."""
+    try:
+        return "constraints_func" in yaml_parameters(sampler_class(kind))
+    except KeyError:
+        return False
+
+
+def samplers_read_constraints() -> bool:
+    """Whether this Optuna's samplers read a trial's stored constraint values without a
+    ``constraints_func`` (Optuna 5, which added ``Trial.set_constraint`` with it)."""
+    return hasattr(optuna.trial.Trial, "set_constraint")
 
 
 def missing_packages(names: Sequence[str]) -> list[str]:
@@ -106,6 +138,7 @@ def build_sampler(
     *,
     seed_offset: int = 0,
     parallel: int = 1,
+    constrained: bool = False,
 ) -> optuna.samplers.BaseSampler:
     """The sampler of ``spec``.
 
@@ -114,7 +147,11 @@ def build_sampler(
       existing trials on a resume, so workers and resumes never replay each other's points);
     - TPE gets ``constant_liar=True`` when ``parallel > 1`` unless the spec sets it, so that
       concurrent trials do not all sample the same promising point;
-    - ``grid`` gets its ``search_space`` from the dimensions (every value each can take).
+    - ``grid`` gets its ``search_space`` from the dimensions (every value each can take);
+    - ``constrained``: the study loop stores each trial's constraint values before telling it
+      (:mod:`dvt_hpo.constraints`). Optuna 5's samplers read them themselves (and deprecate
+      ``constraints_func``); under Optuna 4 samplers that accept one get a ``constraints_func``
+      reading them back.
     """
     kwargs: dict[str, Any] = dict(spec.kwargs)
     if spec.kind in _OFFSET_SEED_KINDS and kwargs.get("seed") is not None and seed_offset:
@@ -132,6 +169,10 @@ def build_sampler(
                 )
             grid[dim.name] = values
         kwargs["search_space"] = grid
+    if constrained and accepts_constraints(spec.kind) and not samplers_read_constraints():
+        from dvt_hpo.constraints import stored_constraints
+
+        kwargs["constraints_func"] = stored_constraints
     return sampler_class(spec.kind)(**kwargs)
 
 

@@ -15,7 +15,9 @@ The rules, first match wins:
 4. the chief wrote an ``ok`` result and the process exited 0 (or was stopped by us after it
    wrote it): COMPLETE, whatever the interrupt and timeout flags say; a finished trial is
    never thrown away ("completed trials are never touched"); a final objective that is NaN
-   or infinite (no finite value reported) is FAIL "diverged", never "not reported";
+   or infinite (no finite value reported) is FAIL "diverged", never "not reported"; its
+   values and constraint values come from one epoch (:mod:`dvt_hpo.reduction`), and a
+   constraint metric never reported is FAIL naming it;
 5. the study was interrupted: FAIL, retried;
 6. it ran past ``trials.timeout_s``: FAIL;
 7. a rank raised: FAIL with the earliest error (under DDP the others often fail only because
@@ -30,6 +32,9 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from dvt_hpo.reduction import choose_epoch, reduce_trial
+from dvt_hpo.spec.model import ConstraintSpec
 
 State = Literal["COMPLETE", "PRUNED", "FAIL"]
 History = Sequence[tuple[int, Mapping[str, float]]]
@@ -55,13 +60,20 @@ class Flags:
     timed_out: bool = False
     protocol_error: str | None = None
     diverged: tuple[int, float] | None = None  # (step, value): the first non-finite objective
+    diverged_metric: str | None = None  # which objective (default: the first)
 
 
 @dataclass(frozen=True)
 class Objective:
-    metric: str
+    metric: str  # the first objective
     direction: Literal["minimize", "maximize"]
     reduce: Literal["best", "last"] = "best"
+    others: tuple[str, ...] = ()  # the further objectives of a multi-objective study
+    constraints: tuple[ConstraintSpec, ...] = ()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.metric, *self.others)
 
 
 @dataclass(frozen=True)
@@ -76,10 +88,12 @@ class Limits:
 class Outcome:
     state: State
     status: Literal["ok", "pruned", "failed", "timeout", "interrupted"]
-    value: float | None = None
+    value: float | None = None  # the first objective's
     reason: str | None = None
     retry: bool = False
     traceback: str | None = None
+    values: tuple[float, ...] = ()  # every objective's (COMPLETE)
+    constraints: tuple[float, ...] = ()  # Optuna's convention, <= 0 feasible (COMPLETE, PRUNED)
 
 
 def describe_exit(returncode: int | None) -> str:
@@ -95,13 +109,8 @@ def diverged_reason(step: int, metric: str, value: float) -> str:
 def reduce_history(history: History, metric: str, direction: str, reduce: str) -> float | None:
     """The objective value from the per-step history: ``best`` (direction-aware) or ``last``,
     over the finite values (``None`` when there is none)."""
-    values = [m[metric] for _, m in history if metric in m and m[metric] is not None]
-    values = [float(v) for v in values if math.isfinite(float(v))]
-    if not values:
-        return None
-    if reduce == "last":
-        return values[-1]
-    return max(values) if direction == "maximize" else min(values)
+    chosen = choose_epoch(history, (metric,), direction, reduce)
+    return None if chosen is None else float(history[chosen][1][metric])
 
 
 def first_error(
@@ -131,9 +140,23 @@ def classify(
         return Outcome("FAIL", "failed", reason=flags.protocol_error)
     if flags.diverged is not None:
         step, value = flags.diverged
-        return Outcome("FAIL", "failed", reason=diverged_reason(step, objective.metric, value))
+        metric = flags.diverged_metric or objective.metric
+        return Outcome("FAIL", "failed", reason=diverged_reason(step, metric, value))
     if flags.pruned_step is not None:
-        return Outcome("PRUNED", "pruned", reason=f"pruned at step {flags.pruned_step}")
+        pruned = reduce_trial(
+            list(history),
+            objective.names,
+            objective.direction,
+            objective.reduce,
+            objective.constraints,
+            need_objectives=False,
+        )
+        return Outcome(
+            "PRUNED",
+            "pruned",
+            reason=f"pruned at step {flags.pruned_step}",
+            constraints=pruned.constraints,
+        )
 
     ok = result is not None and result.get("status") == "ok"
     stopped_by_us = flags.interrupted or flags.timed_out
@@ -142,23 +165,27 @@ def classify(
         steps = list(history)
         if not steps and isinstance(result.get("metrics"), Mapping) and result["metrics"]:
             steps = [(0, result["metrics"])]
-        value = reduce_history(steps, objective.metric, objective.direction, objective.reduce)
-        if value is None:
-            seen = [(s, float(m[objective.metric])) for s, m in steps if objective.metric in m]
-            if seen:
-                # Reported, but never as a finite number: say so, not "never reported".
-                step, bad = seen[0]
-                return Outcome(
-                    "FAIL", "failed", reason=diverged_reason(step, objective.metric, bad)
-                )
-            reported = sorted({k for _, m in steps for k in m})
-            return Outcome(
-                "FAIL",
-                "failed",
-                reason=f"objective.metric {objective.metric!r} was never reported; the trial "
-                f"reported {reported if reported else 'no metrics'}",
-            )
-        return Outcome("COMPLETE", "ok", value=value)
+        final = result.get("metrics") if isinstance(result.get("metrics"), Mapping) else None
+        reduced = reduce_trial(
+            steps,
+            objective.names,
+            objective.direction,
+            objective.reduce,
+            objective.constraints,
+            final,
+        )
+        if reduced.diverged is not None:
+            step, metric, bad = reduced.diverged
+            return Outcome("FAIL", "failed", reason=diverged_reason(step, metric, bad))
+        if reduced.failure is not None:
+            return Outcome("FAIL", "failed", reason=reduced.failure)
+        return Outcome(
+            "COMPLETE",
+            "ok",
+            value=reduced.values[0],
+            values=reduced.values,
+            constraints=reduced.constraints,
+        )
 
     if flags.interrupted:
         return Outcome(

@@ -73,6 +73,7 @@ class ProgressObserver(BaseObserver):
         self.refresh_per_second = refresh_per_second
         self.clock = clock
         self.metric = ""
+        self.metrics: list[str] = []
         self.n_trials: int | None = None
         self.done = 0  # finished trials of the study (COMPLETE + PRUNED + FAIL counted here)
         self.done_here = 0  # finished by this run: the ETA's rate
@@ -165,7 +166,9 @@ class ProgressObserver(BaseObserver):
 
     # -- events -----------------------------------------------------------------------
     def study_started(self, event: StudyStarted) -> None:
-        self.metric = event.metric
+        # Several objectives arrive comma-joined; the running table shows the first.
+        self.metrics = event.metric.split(",")
+        self.metric = self.metrics[0]
         self.n_trials = event.n_trials
         self.done = event.n_done
         self.started = self.clock()
@@ -197,7 +200,11 @@ class ProgressObserver(BaseObserver):
             if due:
                 r.last_line = now
         if due:
-            shown = "" if value is None else f"{self.metric}={float(value):.4f}  "
+            shown = "".join(
+                f"{name}={float(event.metrics[name]):.4f}  "
+                for name in self.metrics
+                if event.metrics.get(name) is not None
+            )
             self.out(
                 f"trial {event.number:>3} epoch {event.step:<4} {shown}"
                 f"{fmt_elapsed(event.elapsed_s)}"
@@ -210,7 +217,7 @@ class ProgressObserver(BaseObserver):
             self.done_here += 1
         if self._progress is not None:
             self._progress.update(self._task, completed=self.done)
-        self.out(trial_line(event, self.metric))
+        self.out(trial_line(event, self.metrics))
 
     def study_ended(self, event: StudyEnded) -> None:
         if self._progress is not None:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     import optuna
 
     from dvt_hpo.events import TrialFinished
+    from dvt_hpo.front import Best
     from dvt_hpo.spec import ObjectiveSpec
 
 
@@ -86,9 +87,24 @@ def fmt_params(params: Mapping[str, Any]) -> str:
     )
 
 
-def trial_line(event: TrialFinished, metric: str) -> str:
-    """The one line a finished trial gets (the study loop's and the progress view's)."""
-    value = f"{metric}={event.value:.4f}" if event.value is not None else ""
+def _names(metrics: str | Sequence[str]) -> list[str]:
+    return [metrics] if isinstance(metrics, str) else list(metrics)
+
+
+def values_text(names: str | Sequence[str], values: Sequence[float], digits: int = 4) -> str:
+    """``macro_f1=0.9100 latency_ms=3.2000``: every objective of a trial."""
+    return " ".join(f"{n}={v:.{digits}f}" for n, v in zip(_names(names), values, strict=False))
+
+
+def trial_line(event: TrialFinished, metric: str | Sequence[str]) -> str:
+    """The one line a finished trial gets (the study loop's and the progress view's);
+    ``metric``: the objective's name, or every objective's."""
+    names = _names(metric)
+    # A pruned trial has one value: its objective's last report.
+    values = event.values or (() if event.value is None else (event.value,))
+    value = values_text(names, values)
+    if event.feasible is False:
+        value += " infeasible"
     bs = event.user_attrs.get("batch_size")
     extra = f" batch={bs}" if isinstance(bs, int) else ""
     reason = f" reason: {event.reason}" if event.reason and event.state != "COMPLETE" else ""
@@ -100,12 +116,17 @@ def trial_line(event: TrialFinished, metric: str) -> str:
 
 def summary_lines(
     trials: Sequence[optuna.trial.FrozenTrial],
-    best: optuna.trial.FrozenTrial | None,
-    metric: str,
+    best: Best | optuna.trial.FrozenTrial | None,
+    metric: str | Sequence[str],
     study_file: Path,
+    *,
+    study_name: str = "",
+    constraints: Sequence[str] = (),
 ) -> list[str]:
-    """The run's closing lines: trials by state, how to rerun failed ones, the best."""
+    """The run's closing lines: trials by state, how to rerun failed ones, the best feasible
+    trial (one objective) or the feasible Pareto front (several), or that none is feasible."""
     from dvt_hpo import recovery
+    from dvt_hpo.front import Best, no_feasible_message
 
     counts: dict[str, int] = {}
     counted = recovery.counted_numbers(list(trials))
@@ -122,9 +143,20 @@ def summary_lines(
     failed = recovery.failed_not_retried(list(trials))
     if failed:
         lines.append(retry_hint(failed, study_file))
-    if best is not None:
+    names = _names(metric)
+    chosen = best.trials if isinstance(best, Best) else (() if best is None else (best,))
+    if isinstance(best, Best) and best.none_feasible:
+        lines.append(no_feasible_message(best, study_name, constraints))
+    elif len(names) > 1 and chosen:
+        lines.append(f"Pareto front ({len(chosen)} trial(s), feasible only):")
+        lines.extend(
+            f"  trial {t.number}: {values_text(names, t.values)}  {fmt_params(t.params)}"
+            for t in chosen
+        )
+    elif chosen:
+        top = chosen[0]
         lines.append(
-            f"best trial {best.number}: {metric}={best.value:.4f}  {fmt_params(best.params)}"
+            f"best trial {top.number}: {values_text(names, top.values)}  {fmt_params(top.params)}"
         )
     return lines
 
@@ -144,5 +176,6 @@ __all__ = [
     "retry_hint",
     "summary_lines",
     "trial_line",
+    "values_text",
     "waiting_line",
 ]

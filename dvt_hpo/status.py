@@ -3,7 +3,9 @@
 Cheap on large studies (``benchmarks/status_speed.py``): on RDB storages the counts are one
 ``GROUP BY`` and the last failures one ordered ``LIMIT`` query, the best trial is Optuna's own
 ``get_best_trial`` query, and only RUNNING trials and those few failures are loaded as objects.
-Optuna's ``get_n_trials`` and ``load_study``'s trial cache would load every trial.
+Optuna's ``get_n_trials`` and ``load_study``'s trial cache would load every trial. Studies
+with several objectives or with constraints load their COMPLETE trials once: a Pareto front and
+feasibility need every value (:mod:`dvt_hpo.front`), which no single query gives.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from dvt_hpo.front import no_feasible_message, select_best
 from dvt_hpo.run_messages import fmt_params
 
 if TYPE_CHECKING:
@@ -50,9 +53,10 @@ class FailedTrial:
 @dataclass(frozen=True)
 class BestTrial:
     number: int
-    value: float
+    value: float  # the first objective's
     params: dict[str, Any]
     batch_size: int | None
+    values: list[float] = field(default_factory=list)  # every objective's
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,10 @@ class StudyStatus:
     best: BestTrial | None
     running: list[RunningTrial] = field(default_factory=list)
     failures: list[FailedTrial] = field(default_factory=list)  # the last ones, newest first
+    metrics: list[str] = field(default_factory=list)  # every objective, in order
+    directions: list[str] = field(default_factory=list)
+    front: list[BestTrial] = field(default_factory=list)  # several objectives: feasible front
+    no_feasible: str | None = None  # why there is no best although trials completed
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, allow_nan=True)
@@ -73,7 +81,8 @@ class StudyStatus:
 
 def last_report(trial: optuna.trial.FrozenTrial, metric: str) -> tuple[int | None, float | None]:
     """``(step, value)`` of the trial's latest report of ``metric``: the per-epoch ``history``
-    user attr (``{metric: [[step, value], ...]}``) when the runner wrote one, else Optuna's
+    user attr (``{metric: [[step, value], ...]}``) when the runner wrote one, else the
+    ``last_metrics`` it stores at each epoch of a multi-objective trial, else Optuna's
     intermediate values (which hold the objective metric only)."""
     attrs = trial.user_attrs
     history = attrs.get("history")
@@ -81,6 +90,10 @@ def last_report(trial: optuna.trial.FrozenTrial, metric: str) -> tuple[int | Non
         step, value = history[metric][-1]
         last_step = attrs.get("last_step", step)
         return int(last_step), _number(value)
+    last = attrs.get("last_metrics")
+    if isinstance(last, dict) and metric in last and isinstance(attrs.get("last_step"), int):
+        # Several objectives: nothing is reported to Optuna; the runner stores each epoch.
+        return attrs["last_step"], _number(last[metric])
     if trial.intermediate_values:
         step = max(trial.intermediate_values)
         return step, _number(trial.intermediate_values[step])
@@ -154,15 +167,24 @@ def read_status(
     counts = _counts(storage, study_id)
 
     best: BestTrial | None = None
-    if len(storage.get_study_directions(study_id)) == 1 and counts["COMPLETE"]:
-        trial = storage.get_best_trial(study_id)
-        bs = trial.user_attrs.get("batch_size")
-        best = BestTrial(
-            trial.number,
-            float(trial.value),
-            dict(trial.params),
-            bs if isinstance(bs, int) else None,
-        )
+    front: list[BestTrial] = []
+    no_feasible = None
+    objective = spec.objective
+    if counts["COMPLETE"] and not objective.is_multi and not objective.constraints:
+        best = _best_trial(storage.get_best_trial(study_id))
+    elif counts["COMPLETE"]:
+        # Feasibility and fronts need every complete trial (Optuna's best-trial query knows
+        # neither).
+        complete = storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.COMPLETE,))
+        chosen = select_best(complete, objective.directions)
+        if chosen.none_feasible:
+            no_feasible = no_feasible_message(
+                chosen, spec.study.name, [c.metric for c in objective.constraints]
+            )
+        elif objective.is_multi:
+            front = [_best_trial(t) for t in chosen.trials]
+        else:
+            best = _best_trial(chosen.trials[0])
 
     metric = spec.objective.metric
     now = time.time() if now is None else now
@@ -195,6 +217,18 @@ def read_status(
         best=best,
         running=running,
         failures=failures,
+        metrics=list(objective.names),
+        directions=list(objective.directions),
+        front=front,
+        no_feasible=no_feasible,
+    )
+
+
+def _best_trial(trial: optuna.trial.FrozenTrial) -> BestTrial:
+    bs = trial.user_attrs.get("batch_size")
+    values = [float(v) for v in trial.values]
+    return BestTrial(
+        trial.number, values[0], dict(trial.params), bs if isinstance(bs, int) else None, values
     )
 
 
@@ -212,12 +246,26 @@ def format_status(status: StudyStatus) -> str:
     counts = status.counts
     finished = counts["COMPLETE"] + counts["PRUNED"] + counts["FAIL"]
     budget = f"{finished}/{status.n_trials}" if status.n_trials is not None else f"{finished}"
+    pairs = zip(
+        status.directions or [status.direction], status.metrics or [status.metric], strict=True
+    )
     lines = [
         f"study {status.study!r} on {status.storage}: {budget} trials finished, "
-        f"{status.direction} {status.metric}",
+        + ", ".join(f"{d} {m}" for d, m in pairs),
         "  " + ", ".join(f"{n} {s.lower()}" for s, n in counts.items()),
     ]
-    if status.best is not None:
+    names = status.metrics or [status.metric]
+    if status.no_feasible is not None:
+        lines.append(f"best trial: none feasible: {status.no_feasible}")
+    elif len(names) > 1:
+        if status.front:
+            lines.append(f"Pareto front ({len(status.front)} trial(s), feasible only):")
+        else:
+            lines.append("Pareto front: none complete yet")
+        for b in status.front:
+            values = " ".join(f"{n}={_fmt(v)}" for n, v in zip(names, b.values, strict=False))
+            lines.append(f"  trial {b.number}: {values}  {fmt_params(b.params)}")
+    elif status.best is not None:
         b = status.best
         batch = f"  batch={b.batch_size}" if b.batch_size else ""
         lines.append(

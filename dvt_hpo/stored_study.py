@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,15 +33,21 @@ class StoredStudy:
     direction: str  # "minimize" | "maximize" (the first objective's)
     user_attrs: Mapping[str, Any]
     n_trials: int
+    directions: tuple[str, ...] = ()  # every objective's; () when not read
+    system_attrs: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_study(cls, study: Any) -> StoredStudy:
         """From an open ``optuna.Study`` (what the study loop holds)."""
+        directions = tuple(d.name.lower() for d in study.directions)
         return cls(
             name=study.study_name,
-            direction=study.directions[0].name.lower(),
+            direction=directions[0],
             user_attrs=dict(study.user_attrs),
             n_trials=len(study.get_trials(deepcopy=False)),
+            directions=directions,
+            # Study.system_attrs is deprecated; the storage's is not.
+            system_attrs=dict(study._storage.get_study_system_attrs(study._study_id)),
         )
 
 
@@ -76,11 +82,14 @@ def _read(storage: Any, name: str) -> StoredStudy | None:
         study_id = storage.get_study_id_from_name(name)
     except KeyError:
         return None
+    directions = tuple(d.name.lower() for d in storage.get_study_directions(study_id))
     return StoredStudy(
         name=name,
-        direction=storage.get_study_directions(study_id)[0].name.lower(),
+        direction=directions[0],
         user_attrs=dict(storage.get_study_user_attrs(study_id)),
         n_trials=storage.get_n_trials(study_id),
+        directions=directions,
+        system_attrs=dict(storage.get_study_system_attrs(study_id)),
     )
 
 

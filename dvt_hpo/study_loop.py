@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from dvt_hpo import devices, launch, recovery, run_messages, space, stop_rules, trial_config
 from dvt_hpo.events import StudyEnded, StudyObserver, StudyStarted, TrialFinished, TrialStarted
 from dvt_hpo.exceptions import DvtHpoError
+from dvt_hpo.front import Best, select_best
 from dvt_hpo.import_path import child_pythonpath
 from dvt_hpo.observers import Observers, study_observers
 from dvt_hpo.spec import BUILTIN_ENTRYPOINT
@@ -211,8 +212,8 @@ class StudyRunner:
             StudyStarted(
                 study_name=spec.study.name,
                 storage=where,
-                direction=spec.objective.direction,
-                metric=spec.objective.metric,
+                direction=",".join(spec.objective.directions),
+                metric=",".join(spec.objective.names),
                 n_trials=n_trials,
                 n_done=self._n_done(),
                 study_file=str(spec.path.resolve()),
@@ -471,32 +472,54 @@ class StudyRunner:
             reason=outcome.reason,
             duration_s=round(outcome.duration_s, 3),
             user_attrs=dict(outcome.user_attrs),
+            values=outcome.values,
+            feasible=(
+                all(v <= 0.0 for v in outcome.constraints)
+                if outcome.constraints and outcome.state == "COMPLETE"
+                else None
+            ),
         )
         if self._prints_trial_lines:
-            self.out(run_messages.trial_line(event, self.spec.objective.metric))
+            self.out(run_messages.trial_line(event, self.spec.objective.names))
         self.observers.trial_finished(event)
 
     def _n_done(self) -> int:
         states = (_state("COMPLETE"), _state("PRUNED"))
         return len(self.study.get_trials(deepcopy=False, states=states))
 
+    def _best(self) -> Best:
+        return select_best(
+            self.study.get_trials(deepcopy=False, states=(_state("COMPLETE"),)),
+            self.spec.objective.directions,
+        )
+
     def _study_ended(self, exit_code: int) -> None:
         best_value = best_params = best_number = None
+        front: tuple[int, ...] = ()
         with contextlib.suppress(Exception):
-            best = self.study.best_trial
-            best_value, best_params, best_number = best.value, dict(best.params), best.number
+            best = self._best()
+            if self.spec.objective.is_multi:
+                front = tuple(t.number for t in best.trials)
+            elif best.trials:
+                top = best.trials[0]
+                best_value, best_params, best_number = top.value, dict(top.params), top.number
         n_done = 0
         with contextlib.suppress(Exception):
             n_done = self._n_done()
         self.observers.study_ended(
-            StudyEnded(n_done, best_value, best_params, best_number, exit_code)
+            StudyEnded(n_done, best_value, best_params, best_number, exit_code, front)
         )
 
     def print_summary(self) -> None:
         trials = self.study.get_trials(deepcopy=False)
-        best = self.study.best_trial if any(t.state.name == "COMPLETE" for t in trials) else None
+        best = select_best(trials, self.spec.objective.directions)
         for line in run_messages.summary_lines(
-            trials, best, self.spec.objective.metric, self.spec.path
+            trials,
+            best,
+            self.spec.objective.names,
+            self.spec.path,
+            study_name=self.spec.study.name,
+            constraints=[c.metric for c in self.spec.objective.constraints],
         ):
             self.out(line)
 

@@ -48,7 +48,7 @@ def open_study(
     study = create_or_load_study(
         spec.study.storage,
         spec.study.name,
-        [spec.objective.direction],
+        list(spec.objective.directions),
         heartbeat=HeartbeatSettings(
             spec.study.heartbeat_interval_s, spec.study.grace_period_s, spec.trials.max_retries
         ),
@@ -61,11 +61,15 @@ def open_study(
     # until then it only sees that ask's before_trial hook, which draws nothing.
     existing = storage.get_n_trials(study_id)
     study.sampler = build_sampler(
-        spec.study.sampler, spec.search_space, seed_offset=existing, parallel=spec.trials.parallel
+        spec.study.sampler,
+        spec.search_space,
+        seed_offset=existing,
+        parallel=spec.trials.parallel,
+        constrained=bool(spec.objective.constraints),
     )
     study.pruner = build_pruner(spec.study.pruner)
     with contextlib.suppress(Exception):
-        study.set_metric_names([spec.objective.metric])
+        study.set_metric_names(list(spec.objective.names))
     return study, storage, study_id
 
 
@@ -79,6 +83,7 @@ def reseeded_sampler(spec: StudySpec, first_number: int) -> optuna.samplers.Base
         spec.search_space,
         seed_offset=first_number,
         parallel=spec.trials.parallel,
+        constrained=bool(spec.objective.constraints),
     )
 
 
@@ -138,6 +143,11 @@ def check_settings(
     for key, value in compat.settings_attrs(spec).items():
         if attrs.get(key) != value:
             study.set_user_attr(key, value)
+    storage, study_id = study._storage, study._study_id
+    stored = storage.get_study_system_attrs(study_id)
+    for key, value in compat.system_attrs(spec).items():
+        if stored.get(key) != value:
+            storage.set_study_system_attr(study_id, key, value)
 
 
 class StudyCache:

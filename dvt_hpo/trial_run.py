@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from dvt_hpo import launch, recovery, space
 from dvt_hpo.atomic import read_json
+from dvt_hpo.constraints import store_constraints
 from dvt_hpo.control_server import ControlServer
 from dvt_hpo.devices import Slot
 from dvt_hpo.events import TrialReported
@@ -57,6 +58,8 @@ class TrialOutcome:
     interrupted: bool = False
     batch_size: int | None = None
     user_attrs: dict[str, Any] = field(default_factory=dict)
+    values: tuple[float, ...] = ()  # every objective's (COMPLETE)
+    constraints: tuple[float, ...] = ()  # <= 0 feasible; () when unconstrained or failed
 
 
 def cache_key(config: Mapping[str, Any], keys: tuple[str, ...], extra: Mapping[str, Any]) -> str:
@@ -112,6 +115,7 @@ class TrialRun:
         self.history: list[tuple[int, dict[str, float]]] = []
         self.pruned_step: int | None = None
         self.diverged: tuple[int, float] | None = None  # (step, value) of a NaN/inf objective
+        self.diverged_metric: str | None = None
         self.protocol_error: str | None = None
         self.attrs: dict[str, Any] = {}
         self.stop_event = threading.Event()
@@ -136,14 +140,24 @@ class TrialRun:
         self.history.append((int(step), dict(metrics)))
         if self.pruned_step is not None or self.diverged is not None:
             return True
-        value = metrics.get(self.spec.objective.metric)
+        objective = self.spec.objective
+        for name in objective.names:
+            reported = metrics.get(name)
+            if reported is not None and not math.isfinite(float(reported)):
+                # A diverged run never recovers and Optuna cannot prune on NaN: stop it now
+                # (the "prune" answer makes the trainer leave cleanly) and record it FAIL
+                # "diverged".
+                self.diverged = (int(step), float(reported))
+                self.diverged_metric = name
+                self.stop_event.set()
+                return True
+        if objective.is_multi:
+            # Optuna cannot prune multi-objective trials (Trial.report raises): the epoch is
+            # only stored, so status and the dashboard show where the trial is.
+            self._set_attrs({"last_step": int(step), "last_metrics": dict(metrics)})
+            return False
+        value = metrics.get(objective.metric)
         prune = False
-        if value is not None and not math.isfinite(float(value)):
-            # A diverged run never recovers and Optuna cannot prune on NaN: stop it now (the
-            # "prune" answer makes the trainer leave cleanly) and record it FAIL "diverged".
-            self.diverged = (int(step), float(value))
-            self.stop_event.set()
-            return True
         if value is not None:
 
             def decide() -> bool:
@@ -312,9 +326,14 @@ class TrialRun:
                 self.timed_out,
                 self.protocol_error,
                 self.diverged,
+                self.diverged_metric,
             ),
             objective=Objective(
-                spec.objective.metric, spec.objective.direction, spec.objective.reduce
+                spec.objective.metric,
+                spec.objective.direction,
+                spec.objective.reduce,
+                others=spec.objective.names[1:],
+                constraints=spec.objective.constraints,
             ),
             history=self.history,
             rank_errors=rank_errors,
@@ -354,12 +373,24 @@ class TrialRun:
                 attrs["traceback"] = outcome.traceback[-_ATTR_TEXT_CHARS:]
         self._set_attrs(attrs)
         value = outcome.value
+        told: float | list[float] | None = (
+            list(outcome.values) if self.spec.objective.is_multi else value
+        )
         with self.loop.study_lock:
             study = self.loop.study
+            if outcome.state in ("COMPLETE", "PRUNED") and self.spec.objective.constraints:
+                # Before the tell, for every sampler: best_trial(s) and the dashboard read
+                # them; samplers with a constraints_func read them back at the tell.
+                self.loop.db(
+                    lambda: store_constraints(
+                        self.loop.storage, self.trial_id, outcome.constraints
+                    ),
+                    "recording",
+                )
             # skip_if_finished: a tell retried after an outage may have landed the first time.
             if outcome.state == "COMPLETE":
                 self.loop.db(
-                    lambda: tell(study, self.trial, value, skip_if_finished=True), "recording"
+                    lambda: tell(study, self.trial, told, skip_if_finished=True), "recording"
                 )
             elif outcome.state == "PRUNED":
                 value = self.loop.db(
@@ -394,6 +425,8 @@ class TrialRun:
             interrupted=outcome.retry,
             batch_size=bs if isinstance(bs, int) else None,
             user_attrs={**self.attrs, **attrs},
+            values=outcome.values,
+            constraints=outcome.constraints,
         )
 
     def _apply_keep_logs(self, state: str) -> None:

@@ -97,3 +97,29 @@ def test_a_study_without_results_gets_notes_not_plots(tmp_path: Path) -> None:
     assert text.count("skipped: no complete trial yet") == 2
     assert "skipped: no trial reported an epoch yet" in text
     assert "plotly-graph-div" not in text and "Trials (1)" in text
+
+
+@pytest.mark.processes
+def test_report_of_a_study_with_several_objectives(tmp_path: Path) -> None:
+    from tests.tradeoff_study import run_tradeoff, tradeoff_doc
+
+    path, _ = run_tradeoff(tmp_path, tradeoff_doc("mo"))
+    out = tmp_path / "report.html"
+    assert main(["report", str(path), "-o", str(out)]) == EXIT_OK
+    text = out.read_text()
+    for heading in (
+        "Pareto front",
+        "Optimization history: score",
+        "Optimization history: cost",
+        "Parameter importances for score",
+        "Trials (4)",
+    ):
+        assert heading in text
+    assert (
+        "maximize score, minimize cost (the epoch best on score), subject to size &lt;= 500" in text
+    )
+    assert re.search(r"Pareto front \(feasible\): trials \d, \d", text)
+    # The table: both objectives and whether each trial meets the constraints.
+    assert "<th>score</th><th>cost</th><th>feasible</th>" in text
+    assert text.count("<td>yes</td>") == 2 and text.count("<td>no</td>") == 2
+    assert '<p class="note">skipped' not in text

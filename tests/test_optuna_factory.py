@@ -52,3 +52,37 @@ def test_build_sampler_grid_enumerates_the_space() -> None:
     combos = {(t.params["a"], t.params["b"], t.params["c"]) for t in study.trials}
     assert len(study.trials) == len(combos) == 3 * 3 * 2
     assert {c[0] for c in combos} == {0.1, 0.2, 0.3}
+
+
+@pytest.mark.parametrize(
+    ("kind", "multi"),
+    [
+        ("tpe", True),
+        ("nsga2", True),
+        ("nsga3", True),
+        ("random", True),
+        ("qmc", True),
+        ("grid", True),
+        ("gp", True),
+        ("cmaes", False),
+    ],
+)
+def test_which_samplers_take_several_objectives(kind: str, multi: bool) -> None:
+    from dvt_hpo.optuna_factory import supports_multi_objective
+
+    assert supports_multi_objective(kind) is multi
+
+
+def test_constraints_func_goes_to_the_samplers_that_take_one() -> None:
+    from dvt_hpo.optuna_factory import accepts_constraints
+
+    assert [
+        k
+        for k in ("tpe", "nsga2", "nsga3", "gp", "random", "cmaes", "qmc")
+        if accepts_constraints(k)
+    ] == [
+        "tpe",
+        "nsga2",
+        "nsga3",
+        "gp",
+    ]

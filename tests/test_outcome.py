@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from dvt_hpo.outcome import Flags, Limits, Objective, Outcome, classify, reduce_history
+from dvt_hpo.spec.model import ConstraintSpec
 
 OBJ = Objective("score", "maximize", "best")
 LIMITS = Limits(timeout_s=60, memory_limit=1 << 30)
@@ -177,3 +178,48 @@ def test_reduce_history_ignores_infinities() -> None:
     history = [(0, {"m": 0.5}), (1, {"m": math.inf}), (2, {"m": -math.inf})]
     assert reduce_history(history, "m", "maximize", "best") == 0.5
     assert reduce_history(history, "m", "minimize", "best") == 0.5
+
+
+# several objectives and constraints
+TWO = Objective(
+    "score",
+    "maximize",
+    "best",
+    others=("cost",),
+    constraints=(ConstraintSpec("size", max=5.0),),
+)
+TWO_HISTORY = [
+    (0, {"score": 0.2, "cost": 1.0, "size": 9.0}),
+    (1, {"score": 0.9, "cost": 4.0, "size": 3.0}),
+    (2, {"score": 0.4, "cost": 0.5, "size": 3.0}),
+]
+
+
+def test_several_objectives_come_from_one_epoch_with_its_constraints() -> None:
+    outcome = classify(OK, 0, Flags(), objective=TWO, history=TWO_HISTORY)
+    assert (outcome.state, outcome.value, outcome.values) == ("COMPLETE", 0.9, (0.9, 4.0))
+    assert outcome.constraints == (-2.0,)
+
+
+def test_a_constraint_metric_never_reported_fails_the_trial() -> None:
+    history = [(s, {k: v for k, v in m.items() if k != "size"}) for s, m in TWO_HISTORY]
+    outcome = classify(OK, 0, Flags(), objective=TWO, history=history)
+    assert outcome.state == "FAIL"
+    assert outcome.reason == (
+        "constraint metric 'size' was never reported as a finite number; the trial reported "
+        "['cost', 'score']"
+    )
+
+
+def test_the_second_objective_diverging_names_it() -> None:
+    diverged = classify(OK, 0, Flags(diverged=(1, math.nan), diverged_metric="cost"), objective=TWO)
+    assert diverged.reason == "diverged at step 1 (cost=nan)"
+    nan_only = [(0, {"score": 0.3, "cost": math.inf, "size": 1.0})]
+    outcome = classify(OK, 0, Flags(), objective=TWO, history=nan_only)
+    assert outcome.reason == "diverged at step 0 (cost=inf)"
+
+
+def test_a_pruned_trial_carries_its_constraint_values() -> None:
+    one = Objective("score", "maximize", constraints=(ConstraintSpec("size", max=5.0),))
+    outcome = classify(None, None, Flags(pruned_step=1), objective=one, history=TWO_HISTORY[:2])
+    assert (outcome.state, outcome.constraints) == ("PRUNED", (-2.0,))

@@ -4,9 +4,23 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
+from typing import Any
 
-from dvt_hpo.run_messages import dashboard_hint, objective_text, retry_hint, waiting_line
-from dvt_hpo.spec.model import ObjectiveSpec
+import optuna
+from optuna.distributions import FloatDistribution
+
+from dvt_hpo.constraints import CONSTRAINTS_KEY
+from dvt_hpo.events import TrialFinished
+from dvt_hpo.front import select_best
+from dvt_hpo.run_messages import (
+    dashboard_hint,
+    objective_text,
+    retry_hint,
+    summary_lines,
+    trial_line,
+    waiting_line,
+)
+from dvt_hpo.spec.model import ConstraintSpec, MetricSpec, ObjectiveSpec
 
 
 def test_the_objective_shows_its_direction() -> None:
@@ -61,3 +75,67 @@ def test_the_retry_hint_is_a_command_to_paste() -> None:
         "dvt-hpo", "run", "/srv/my studies/study.yaml", "--retry-failed"
     ]  # fmt: skip
     assert hint.startswith("2 failed trial(s)")
+
+
+def test_the_objective_line_of_several_objectives_and_constraints() -> None:
+    objective = ObjectiveSpec(
+        metric="macro_f1",
+        direction="maximize",
+        metrics=(MetricSpec("macro_f1", "maximize"), MetricSpec("latency_ms", "minimize")),
+        constraints=(ConstraintSpec("n_params", max=20000.0),),
+    )
+    assert objective_text(objective) == (
+        "maximize macro_f1, minimize latency_ms (the epoch best on macro_f1), subject to "
+        "n_params <= 20000"
+    )
+
+
+def test_a_trial_line_shows_every_objective_and_infeasibility() -> None:
+    event = TrialFinished(
+        3, 4, "COMPLETE", 0.9, {"x": 0.5}, None, 2.0, {}, values=(0.9, 12.5), feasible=False
+    )
+    assert trial_line(event, ["macro_f1", "latency_ms"]) == (
+        "trial   3 COMPLETE macro_f1=0.9000 latency_ms=12.5000 infeasible    2.0s  x=0.5"
+    )
+    failed = TrialFinished(4, 5, "FAIL", None, {"x": 0.1}, "boom", 1.0, {})
+    assert trial_line(failed, ["macro_f1", "latency_ms"]) == (
+        "trial   4 FAIL                           1.0s  x=0.1 reason: boom"
+    )
+
+
+def _frozen(number: int, values: list[float], constraints: list[float]) -> Any:
+    made = optuna.trial.create_trial(
+        values=values,
+        params={"x": 0.5},
+        distributions={"x": FloatDistribution(0, 1)},
+        system_attrs={CONSTRAINTS_KEY: constraints},
+    )
+    made.number = number
+    return made
+
+
+def test_the_summary_shows_the_front_or_says_none_is_feasible() -> None:
+    trials = [
+        _frozen(0, [0.9, 3.0], [-1.0]),
+        _frozen(1, [0.5, 1.0], [-1.0]),
+        _frozen(2, [1, 9], [2]),
+    ]
+    names = ["f1", "ms"]
+    lines = summary_lines(
+        trials, select_best(trials, ["maximize", "minimize"]), names, Path("s.yaml")
+    )
+    assert lines == [
+        "trials: 3 complete",
+        "Pareto front (2 trial(s), feasible only):",
+        "  trial 0: f1=0.9000 ms=3.0000  x=0.5",
+        "  trial 1: f1=0.5000 ms=1.0000  x=0.5",
+    ]
+    infeasible = [_frozen(0, [0.9], [3.0]), _frozen(1, [0.1], [1.0])]
+    best = select_best(infeasible, ["maximize"])
+    lines = summary_lines(
+        infeasible, best, "f1", Path("s.yaml"), study_name="s", constraints=["mb"]
+    )
+    assert lines[-1] == (
+        "study 's' has 2 complete trial(s) and none meets objective.constraints; the closest is "
+        "trial 1 (mb over by 1)"
+    )

@@ -12,6 +12,7 @@ import optuna
 import pytest
 
 from dvt_hpo.cli import EXIT_FAILURE, EXIT_OK, main
+from dvt_hpo.spec import load_spec
 from dvt_hpo.status import format_status, last_report, read_status
 from dvt_hpo.study_reader import open_existing_storage
 from tests.conftest import REPO_ROOT, toy_study
@@ -119,3 +120,56 @@ def test_status_without_running_trials_says_so(tmp_path: Path) -> None:
     status = read_status(*open_existing_storage(spec), spec)
     assert status.running == [] and status.counts["RUNNING"] == 0
     assert "running:" not in format_status(status)
+
+
+@pytest.mark.processes
+def test_status_of_a_study_with_several_objectives(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.tradeoff_study import run_tradeoff, tradeoff_doc
+
+    path, _ = run_tradeoff(tmp_path, tradeoff_doc("mo"))
+    spec_status = read_status(*open_existing_storage(load_spec(path)), load_spec(path))
+    assert spec_status.best is None and spec_status.no_feasible is None
+    assert spec_status.metrics == ["score", "cost"]
+    assert sorted(b.params["x"] for b in spec_status.front) == [0.2, 0.4]
+    assert main(["status", str(path)]) == EXIT_OK
+    text = capsys.readouterr().out
+    assert "4/4 trials finished, maximize score, minimize cost" in text
+    assert "Pareto front (2 trial(s), feasible only):" in text and "score=0.4 cost=6  x=0.4" in text
+    assert "x=0.8" not in text
+    assert main(["status", str(path), "--json"]) == EXIT_OK
+    data = json.loads(capsys.readouterr().out)
+    assert sorted(b["values"] for b in data["front"]) == [
+        pytest.approx([0.2, 4.0]),
+        pytest.approx([0.4, 6.0]),
+    ]
+
+
+def test_a_running_trial_of_several_objectives_shows_its_last_epoch(tmp_path: Path) -> None:
+    study = optuna.create_study(
+        storage=f"sqlite:///{tmp_path / 'x.db'}", directions=["maximize", "minimize"]
+    )
+    trial = study.ask()
+    trial.set_user_attr("last_step", 2)
+    trial.set_user_attr("last_metrics", {"score": 0.5, "cost": 3.0})
+    frozen = study.get_trials()[0]
+    assert last_report(frozen, "cost") == (2, 3.0)
+
+
+@pytest.mark.processes
+def test_status_never_shows_an_infeasible_best(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.tradeoff_study import run_tradeoff, tradeoff_doc
+
+    single = {
+        "metric": "score",
+        "direction": "maximize",
+        "constraints": [{"metric": "size", "max": 100}],
+    }
+    path, _ = run_tradeoff(tmp_path, tradeoff_doc("none", single, choices=[0.6, 0.8]))
+    assert main(["status", str(path)]) == EXIT_OK
+    text = capsys.readouterr().out
+    assert "best trial: none feasible: study 'none' has 2 complete trial(s)" in text
+    assert "score=0.8" not in text

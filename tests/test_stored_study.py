@@ -44,7 +44,9 @@ def test_existing_study_is_read_and_nothing_changes(tmp_path: Path, scheme: str)
     stored = read_stored_study(url, "s")
     other = read_stored_study(url, "other")
 
-    assert stored == StoredStudy("s", "maximize", {"dvt_hpo:objective": {"metric": "score"}}, 1)
+    assert stored == StoredStudy(
+        "s", "maximize", {"dvt_hpo:objective": {"metric": "score"}}, 1, directions=("maximize",)
+    )
     assert other is None
     assert snapshot(tmp_path) == before
 

@@ -80,8 +80,14 @@ def load_spec(
     trials_raw = root.get("trials")
     # The study's sampler defaults depend on how many trials run at once.
     parallel = trials_raw.get("parallel", 1) if isinstance(trials_raw, Mapping) else 1
-    study = read_study(reader, root, parallel if isinstance(parallel, int) else 1)
+    # The objective first: several objectives change the sampler and pruner defaults.
     objective = read_objective(reader, root)
+    study = read_study(
+        reader,
+        root,
+        parallel if isinstance(parallel, int) else 1,
+        multi_objective=objective.is_multi,
+    )
     trials = read_trials(reader, root, study.name)
     trainer, schema = read_trainer(reader, root, deferred)
     dims = read_search_space(reader, root, schema, trainer.config)

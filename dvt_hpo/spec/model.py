@@ -22,7 +22,9 @@ __all__ = [
     "COMMAND_ENTRYPOINT",
     "BatchSizeSpec",
     "Condition",
+    "ConstraintSpec",
     "Dimension",
+    "MetricSpec",
     "MlflowSpec",
     "ObjectiveSpec",
     "PrunerSpec",
@@ -70,10 +72,45 @@ class StudySection:
 
 
 @dataclass(frozen=True)
+class MetricSpec:
+    """One objective of ``objective.metrics``."""
+
+    name: str = rule(what="a metric name")
+    direction: Literal["minimize", "maximize"] | None = rule(None)  # filled from the name
+
+
+@dataclass(frozen=True)
+class ConstraintSpec:
+    """``{metric, max, min}``: feasible when ``min <= value <= max`` (either bound optional)."""
+
+    metric: str = rule(what="a metric name")
+    max: float | None = rule(None)
+    min: float | None = rule(None)
+
+
+@dataclass(frozen=True)
 class ObjectiveSpec:
+    # ``metric``/``direction`` are the first objective's; after loading ``metrics`` always
+    # lists every objective (one item for a single-objective study).
     metric: str = rule("loss", what="a metric name")
     direction: Literal["minimize", "maximize"] = rule("minimize")  # default from the metric
     reduce: Literal["best", "last"] = rule("best")
+    metrics: tuple[MetricSpec, ...] = domain(())
+    constraints: tuple[ConstraintSpec, ...] = domain(())
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(m.name for m in self.metrics) if self.metrics else (self.metric,)
+
+    @property
+    def directions(self) -> tuple[str, ...]:
+        if not self.metrics:
+            return (self.direction,)
+        return tuple(m.direction or self.direction for m in self.metrics)
+
+    @property
+    def is_multi(self) -> bool:
+        return len(self.names) > 1
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from dvt_hpo.spec.model import (
 from dvt_hpo.spec.source import Key
 from dvt_hpo.storage_urls import expand_env, redact_url, resolve_url
 
-__all__ = ["check_algorithms", "read_study", "read_tracking"]
+__all__ = ["check_algorithms", "check_multi_objective", "read_study", "read_tracking"]
 
 STORAGE_DIALECTS = ("sqlite", "journal", "postgresql", "mysql", "mariadb", "oracle", "mssql")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -55,7 +55,12 @@ _MAX_FAILURES_RULE = (
 )
 
 
-def read_study(r: Reader, root: Mapping[str, Any], parallel: int) -> StudySection:
+def read_study(
+    r: Reader, root: Mapping[str, Any], parallel: int, *, multi_objective: bool = False
+) -> StudySection:
+    """``multi_objective``: the study has several objectives, so the sampler defaults to
+    NSGA-II, pruning is off (Optuna cannot prune multi-objective trials: ``Trial.report``
+    raises) and samplers that refuse several objectives are refused here."""
     key: Key = ("study",)
     if "study" not in root:
         raise r.err(key, "missing required section 'study' (it needs at least a name)")
@@ -82,13 +87,25 @@ def read_study(r: Reader, root: Mapping[str, Any], parallel: int) -> StudySectio
             f"be taken for dead between two heartbeats, got {grace}",
         )
     sampler_kind, sampler_kwargs = read_algorithm(
-        r, sec, key, "sampler", "tpe", optuna_factory.SAMPLER_CLASSES
+        r,
+        sec,
+        key,
+        "sampler",
+        "nsga2" if multi_objective else "tpe",
+        optuna_factory.SAMPLER_CLASSES,
     )
+    if multi_objective:
+        check_multi_objective(r, sec, key, sampler_kind)
     if sampler_kind == "tpe" and parallel > 1:
         # Parallel trials would all sample the same promising point without it.
         sampler_kwargs.setdefault("constant_liar", True)
     pruner_kind, pruner_kwargs = read_algorithm(
-        r, sec, key, "pruner", "median", optuna_factory.PRUNER_CLASSES
+        r,
+        sec,
+        key,
+        "pruner",
+        "none" if multi_objective else "median",
+        optuna_factory.PRUNER_CLASSES,
     )
     return StudySection(
         name=name,
@@ -196,7 +213,7 @@ def read_algorithm(
     kind_key = fkey
     if value is None:
         # `pruner: null` switches pruning off; `sampler: null` keeps the default.
-        kind, kwargs = ("tpe" if is_sampler else "none"), {}
+        kind, kwargs = (default if is_sampler else "none"), {}
     elif isinstance(value, str):
         kind, kwargs = value, {}
     elif isinstance(value, dict):
@@ -261,6 +278,31 @@ def read_algorithm(
     if kind == "threshold" and kwargs.get("lower") is None and kwargs.get("upper") is None:
         raise r.err(kind_key, "pruner kind 'threshold' needs 'lower' or 'upper' (or both)")
     return kind, kwargs
+
+
+def check_multi_objective(r: Reader, sec: Mapping[str, Any], key: Key, sampler: str) -> None:
+    """What a study with several objectives cannot have: a sampler that refuses them, or a
+    pruner (Optuna raises on ``Trial.report`` in multi-objective studies)."""
+    if not optuna_factory.supports_multi_objective(sampler):
+        raise r.err(
+            _kind_key(sec, key, "sampler"),
+            f"sampler kind {sampler!r} supports one objective only, and objective.metrics lists "
+            "several; use nsga2 (the default), nsga3, tpe, gp, random, qmc or grid",
+        )
+    pruner = sec.get("pruner")
+    kind = pruner.get("kind") if isinstance(pruner, dict) else pruner
+    if "pruner" in sec and kind not in (None, "none"):
+        raise r.err(
+            _kind_key(sec, key, "pruner"),
+            "a study with several objectives cannot be pruned (Optuna does not support pruning "
+            f"for multi-objective studies: Trial.report raises), got pruner {describe(kind)}; "
+            "remove study.pruner or set it to none (epochs are still reported and stored)",
+        )
+
+
+def _kind_key(sec: Mapping[str, Any], key: Key, name: str) -> Key:
+    value = sec.get(name)
+    return (*key, name, "kind") if isinstance(value, dict) and "kind" in value else (*key, name)
 
 
 def read_tracking(r: Reader, root: Mapping[str, Any]) -> TrackingSpec:

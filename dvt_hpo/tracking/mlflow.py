@@ -377,14 +377,29 @@ class MlflowObserver(BaseObserver):
         metrics.append(Metric("duration_s", float(event.duration_s), timestamp_ms, 0))
         if event.value is not None:
             metrics.append(Metric("objective_value", float(event.value), timestamp_ms, 0))
+        names = self._metric.split(",")
+        if len(event.values) > 1 and len(names) == len(event.values):
+            metrics += [
+                Metric(_key(f"objective.{n}"), float(v), timestamp_ms, 0)
+                for n, v in zip(names, event.values, strict=True)
+            ]
         tags = [RunTag(TAG_STATE, event.state)]
+        if event.feasible is not None:
+            tags.append(RunTag("feasible", str(event.feasible).lower()))
         if event.reason:
             tags.append(RunTag(TAG_REASON, event.reason[:5000]))
         if attrs.get("stderr_tail") and event.state == "FAIL":
             self.client.log_text(run_id, str(attrs["stderr_tail"]), "stderr_tail.txt")
         self.client.log_batch(run_id, metrics=metrics, params=params, tags=tags)
         self.client.set_terminated(run_id, _STATUS.get(event.state, "FAILED"))
-        if event.state == "COMPLETE" and event.value is not None:
+        # "Best" has a meaning for one objective and a feasible trial only.
+        single = "," not in self._direction
+        if (
+            event.state == "COMPLETE"
+            and event.value is not None
+            and single
+            and event.feasible is not False
+        ):
             self._maybe_best(event.number, float(event.value), event.params, timestamp_ms)
 
     def _maybe_best(

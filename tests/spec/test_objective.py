@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from dvt_hpo.exceptions import SpecError
-from dvt_hpo.spec import ObjectiveSpec, load_spec
+from dvt_hpo.spec import ConstraintSpec, ObjectiveSpec, load_spec
 from dvt_hpo.spec.objective import describe_objective, infer_direction
-from tests.spec.helpers import BASE
+from tests.spec.helpers import BAD_PARAMS, BASE, case, check_bad
 
 MIN, MAX, REFUSE = "minimize", "maximize", None
 
@@ -28,7 +29,10 @@ DIRECTIONS = [
     ("word_error_rate", MIN),
     ("val_wer", MIN),
     ("cer", MIN),
-    ("latency_ms", REFUSE),  # 'ms' is not a known word: refuse rather than guess
+    ("latency_ms", MIN),  # a unit qualifies the word before it
+    ("val_time_s", MIN),
+    ("epoch_s", REFUSE),  # units and qualifiers only: nothing to decide on
+    ("peak_memory_mb", REFUSE),  # 'memory' has no known direction
     ("latency", MIN),
     ("box_loss", MIN),
     ("cross_entropy", MIN),
@@ -138,3 +142,229 @@ def test_direction_from_an_override(write: Callable[..., Path]) -> None:
 )
 def test_start_line_text(objective: ObjectiveSpec, text: str) -> None:
     assert describe_objective(objective) == text
+
+
+# ---------------------------------------------------------------------------------------------
+# several objectives and constraints
+
+# BASE has 6 lines: objective is line 7, metrics 8, its items 9 and 10, constraints 11 and 12.
+MULTI = BASE + (
+    "objective:\n"
+    "  metrics:\n"
+    "    - {name: macro_f1}\n"
+    "    - {name: latency_ms, direction: minimize}\n"
+    "  constraints:\n"
+    "    - {metric: n_params, max: 20000}\n"
+)
+ITEM_2 = "    - {name: latency_ms, direction: minimize}\n"
+CONSTRAINT = "    - {metric: n_params, max: 20000}\n"
+
+
+def multi_with(old: str, new: str) -> str:
+    assert old in MULTI
+    return MULTI.replace(old, new)
+
+
+def multi_study(*lines: str) -> str:
+    """MULTI with lines inserted into `study:` after the name (from line 3 on)."""
+    return MULTI.replace("  name: s\n", "  name: s\n" + "".join(f"{line}\n" for line in lines))
+
+
+MULTI_BAD = [
+    case(
+        "ambiguous-direction-of-an-item",
+        multi_with(ITEM_2, "    - {name: peak_memory_mb}\n"),
+        10,
+        "objective.metrics[1].name",
+        "'peak_memory_mb'",
+        "set objective.metrics[1].direction: minimize or maximize",
+    ),
+    case(
+        "direction-not-a-direction",
+        multi_with(ITEM_2, "    - {name: latency_ms, direction: down}\n"),
+        10,
+        "objective.metrics[1].direction",
+        "minimize, maximize",
+    ),
+    case(
+        "duplicate-names",
+        multi_with(ITEM_2, "    - {name: macro_f1, direction: maximize}\n"),
+        10,
+        "objective.metrics[1].name",
+        "listed twice",
+    ),
+    case(
+        "item-without-a-name",
+        multi_with(ITEM_2, "    - {direction: minimize}\n"),
+        10,
+        "objective.metrics[1].name",
+        "missing required key 'name'",
+    ),
+    case(
+        "unknown-key-in-an-item",
+        multi_with(ITEM_2, "    - {name: latency_ms, directon: minimize}\n"),
+        10,
+        "objective.metrics[1].directon",
+        "did you mean 'direction'",
+    ),
+    case(
+        "empty-metrics",
+        BASE + "objective:\n  metrics: []\n",
+        8,
+        "objective.metrics",
+        "non-empty list of objectives",
+    ),
+    case(
+        "metric-and-metrics",
+        multi_with("  metrics:\n", "  metric: loss\n  metrics:\n"),
+        8,
+        "objective.metric",
+        "mutually exclusive",
+    ),
+    case(
+        "direction-and-metrics",
+        multi_with("  metrics:\n", "  direction: maximize\n  metrics:\n"),
+        8,
+        "objective.direction",
+        "mutually exclusive",
+        "each with its own name and direction",
+    ),
+    case(
+        "constraint-without-bounds",
+        multi_with(CONSTRAINT, "    - {metric: n_params}\n"),
+        12,
+        "objective.constraints[0]",
+        "needs max, min or both",
+    ),
+    case(
+        "constraint-min-above-max",
+        multi_with(CONSTRAINT, "    - {metric: n_params, max: 10, min: 20}\n"),
+        12,
+        "objective.constraints[0].min",
+        "greater than max",
+    ),
+    case(
+        "constraint-not-a-number",
+        multi_with(CONSTRAINT, "    - {metric: n_params, max: lots}\n"),
+        12,
+        "objective.constraints[0].max",
+        "'lots'",
+    ),
+    case(
+        "constraint-infinite",
+        multi_with(CONSTRAINT, "    - {metric: n_params, max: .inf}\n"),
+        12,
+        "objective.constraints[0].max",
+        "must be a number",
+    ),
+    case(
+        "constraint-twice-on-one-metric",
+        multi_with(CONSTRAINT, CONSTRAINT + "    - {metric: n_params, min: 10}\n"),
+        13,
+        "objective.constraints[1].metric",
+        "two constraints",
+    ),
+    case(
+        "constraint-without-metric",
+        multi_with(CONSTRAINT, "    - {max: 10}\n"),
+        12,
+        "objective.constraints[0].metric",
+        "missing required key 'metric'",
+    ),
+    case(
+        "constraints-not-a-list",
+        multi_with("  constraints:\n" + CONSTRAINT, "  constraints: {metric: n_params}\n"),
+        11,
+        "objective.constraints",
+        "non-empty list of constraints",
+    ),
+    case(
+        "pruner-with-several-objectives",
+        multi_study("  pruner: median"),
+        3,
+        "study.pruner",
+        "cannot be pruned",
+        "Trial.report raises",
+        "set it to none",
+    ),
+    case(
+        "pruner-kind-with-several-objectives",
+        multi_study("  pruner: {kind: hyperband, min_resource: 1}"),
+        3,
+        "study.pruner.kind",
+        "cannot be pruned",
+    ),
+    case(
+        "single-objective-sampler",
+        multi_study("  sampler: {kind: cmaes, seed: 0}"),
+        3,
+        "study.sampler.kind",
+        "'cmaes' supports one objective only",
+        "nsga2",
+    ),
+]
+
+
+@pytest.mark.parametrize(BAD_PARAMS, MULTI_BAD)
+def test_bad_multi_objective_input(
+    write: Callable[..., Path],
+    text: Any,
+    overrides: Any,
+    file: Any,
+    line: Any,
+    field: Any,
+    contains: Any,
+    absent: Any,
+) -> None:
+    check_bad(write, text, overrides, file, line, field, contains, absent)
+
+
+def test_several_objectives_default_to_nsga2_and_no_pruner(write: Callable[..., Path]) -> None:
+    spec = load_spec(write(MULTI))
+    objective = spec.objective
+    assert objective.is_multi
+    assert objective.names == ("macro_f1", "latency_ms")
+    assert objective.directions == ("maximize", "minimize")
+    assert objective.reduce == "best"
+    assert objective.constraints == (ConstraintSpec("n_params", max=20000.0),)
+    assert (spec.study.sampler.kind, spec.study.pruner.kind) == ("nsga2", "none")
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "random", "nsga3", "qmc", "nsga2"])
+@pytest.mark.parametrize("pruner", ["none", "null", "{kind: none}"])
+def test_multi_objective_samplers_and_an_explicit_no_pruner(
+    write: Callable[..., Path], sampler: str, pruner: str
+) -> None:
+    spec = load_spec(write(multi_study(f"  sampler: {sampler}", f"  pruner: {pruner}")))
+    assert (spec.study.sampler.kind, spec.study.pruner.kind) == (sampler, "none")
+
+
+def test_one_item_metrics_is_a_single_objective_study(write: Callable[..., Path]) -> None:
+    one = load_spec(write(BASE + "objective:\n  metrics: [{name: val_loss}]\n"))
+    plain = load_spec(write(BASE + "objective: {metric: val_loss}\n", "plain.yaml"))
+    assert not one.objective.is_multi
+    assert (one.objective.metric, one.objective.direction) == ("val_loss", "minimize")
+    assert one.objective.names == plain.objective.names == ("val_loss",)
+    assert one.study.sampler == plain.study.sampler and one.study.pruner.kind == "median"
+
+
+def test_constraints_on_a_single_objective(write: Callable[..., Path]) -> None:
+    spec = load_spec(
+        write(
+            BASE + "objective:\n  metric: macro_f1\n  constraints: [{metric: mb, min: 1, max: 8}]\n"
+        )
+    )
+    assert spec.objective.constraints == (ConstraintSpec("mb", max=8.0, min=1.0),)
+    assert describe_objective(spec.objective) == (
+        "maximize macro_f1 (best of epochs), subject to 1 <= mb <= 8"
+    )
+
+
+def test_start_line_text_of_several_objectives(write: Callable[..., Path]) -> None:
+    spec = load_spec(write(MULTI, "m.yaml"))
+    assert describe_objective(spec.objective) == (
+        "maximize macro_f1, minimize latency_ms (the epoch best on macro_f1), "
+        "subject to n_params <= 20000"
+    )
+    last = load_spec(write(MULTI.replace("  metrics:\n", "  reduce: last\n  metrics:\n")))
+    assert "(last epoch)" in describe_objective(last.objective)

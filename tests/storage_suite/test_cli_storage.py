@@ -170,3 +170,41 @@ def test_an_unreachable_server_is_one_line_and_exit_1(
     assert "study.storage 'postgresql://alice:***@127.0.0.1" in result.stderr
     assert "s3cret-pw" not in result.stdout + result.stderr
     assert not (study.parent / "runs").exists()
+
+
+def test_several_objectives_and_constraints_on_every_backend(
+    storage_url: str, write_study: Callable[..., Path], unique_name: str
+) -> None:
+    """Directions, stored constraint values and the study's system attrs round-trip through
+    each storage; validate reads them back (read-only) and refuses a changed constraint."""
+    from tests.tradeoff_study import tradeoff_doc
+
+    doc = tradeoff_doc(unique_name, choices=[0.4, 0.6])
+    doc["study"]["storage"] = storage_url
+    study = write_study(doc)
+    first = dvt_hpo_run(study)
+    assert first.returncode == 0, first.stdout + first.stderr
+    trials = load_trials(storage_url, unique_name)
+    assert {t.params["x"]: (t.values, t.system_attrs["constraints"]) for t in trials} == {
+        0.4: (pytest.approx([0.4, 6.0]), [-100.0]),
+        0.6: (pytest.approx([0.6, 8.0]), [pytest.approx(100.0)]),
+    }
+    stored = open_existing(storage_url, unique_name)
+    assert [d.name for d in stored.directions] == ["MAXIMIZE", "MINIMIZE"]
+    changed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dvt_hpo",
+            "validate",
+            str(study),
+            "--set",
+            "objective.constraints[0].max=400",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=120,
+    )
+    assert changed.returncode == 2, changed.stdout + changed.stderr
+    assert "constraints size <= 500 -> size <= 400" in changed.stderr
