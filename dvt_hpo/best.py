@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from dvt_hpo import space
 from dvt_hpo.constraints import is_feasible
 from dvt_hpo.exceptions import DvtHpoError, SpecError
-from dvt_hpo.front import Best, no_feasible_message, select_best
+from dvt_hpo.front import Best, no_feasible_message, select_best, violations
 from dvt_hpo.run_messages import fmt_params
 from dvt_hpo.trial_config import absolute_paths, has_path, ran_config
 
@@ -102,7 +102,8 @@ def show_best(
         trial = _chosen_trial(spec, trials, trial_number, best)
         _print_trial(out, "trial", trial, objective.names)
         if not is_feasible(trial.system_attrs):
-            out(f"note: trial {trial.number} does not meet objective.constraints")
+            over = violations(trial, [c.metric for c in objective.constraints])
+            out(f"note: trial {trial.number} does not meet objective.constraints ({over})")
         elif trial not in best.trials:
             where = "on the Pareto front" if objective.is_multi else "the best trial"
             shown = ", ".join(str(t.number) for t in best.trials) or "none"

@@ -14,12 +14,12 @@ from typing import Any
 
 from dvt_hpo.constraints import constraints_of, is_feasible, violation
 
-__all__ = ["Best", "no_feasible_message", "pareto_front", "select_best"]
+__all__ = ["Best", "no_feasible_message", "pareto_front", "select_best", "violations"]
 
 
 @dataclass(frozen=True)
 class Best:
-    trials: tuple[Any, ...]  # FrozenTrials: the best one, or the front by trial number
+    trials: tuple[Any, ...]  # FrozenTrials: the best one, or the front best first
     n_complete: int
     closest: Any | None = None  # no feasible trial: the complete one least in violation
 
@@ -40,7 +40,8 @@ def _dominates(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
 
 
 def pareto_front(trials: Sequence[Any], directions: Sequence[str]) -> list[Any]:
-    """The trials no other trial dominates, by trial number. Sorted on the turned values
+    """The trials no other trial dominates, best first on the first objective (then the next,
+    then the trial number): the order a trade-off is read in. Sorted on the turned values
     first, a trial can only be dominated by one before it, so each is compared with the front
     found so far (not with every trial)."""
     ranked = sorted(trials, key=lambda t: (_signed(t, directions), t.number))
@@ -50,7 +51,7 @@ def pareto_front(trials: Sequence[Any], directions: Sequence[str]) -> list[Any]:
         # Equal values do not dominate each other: both stay on the front.
         if not any(_dominates(kept, signed) for kept, _ in front):
             front.append((signed, trial))
-    return sorted((t for _, t in front), key=lambda t: t.number)
+    return [t for _, t in front]
 
 
 def select_best(trials: Sequence[Any], directions: Sequence[str]) -> Best:
@@ -78,10 +79,13 @@ def no_feasible_message(best: Best, study: str, constraints: Sequence[str] = ())
         "objective.constraints"
     )
     if closest is not None:
-        values = constraints_of(closest.system_attrs) or ()
-        names = list(constraints) if len(constraints) == len(values) else list(range(len(values)))
-        over = ", ".join(
-            f"{n} over by {v:.6g}" for n, v in zip(names, values, strict=True) if v > 0
-        )
-        text += f"; the closest is trial {closest.number} ({over})"
+        text += f"; the closest is trial {closest.number} ({violations(closest, constraints)})"
     return text
+
+
+def violations(trial: Any, constraints: Sequence[str] = ()) -> str:
+    """``n_params over by 1.6e+04, ...``: the constraints ``trial`` does not meet
+    (``constraints``: the constraint metrics, to name each value)."""
+    values = constraints_of(trial.system_attrs) or ()
+    names = list(constraints) if len(constraints) == len(values) else list(range(len(values)))
+    return ", ".join(f"{n} over by {v:.6g}" for n, v in zip(names, values, strict=True) if v > 0)

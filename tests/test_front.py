@@ -62,7 +62,7 @@ def test_front_of_two_objectives() -> None:
         trial(4, [0.95, 9.0], [1.0]),  # best on f1 but infeasible
     ]
     best = select_best(trials, ["maximize", "minimize"])
-    assert [t.number for t in best.trials] == [0, 1, 3]
+    assert [t.number for t in best.trials] == [0, 1, 3]  # best first on f1; ties by number
 
 
 @pytest.mark.parametrize(
@@ -76,7 +76,10 @@ def test_front_matches_optunas_best_trials(directions: list[str]) -> None:
         t.storage.set_trial_system_attr(t._trial_id, CONSTRAINTS_KEY, [rng.uniform(-1, 0.3)])
         study.tell(t, [round(rng.uniform(0, 1), 2) for _ in directions])
     ours = select_best(study.get_trials(), directions)
-    assert [t.number for t in ours.trials] == sorted(t.number for t in study.best_trials)
+    assert sorted(t.number for t in ours.trials) == sorted(t.number for t in study.best_trials)
+    # Read along the trade-off: best first on the first objective.
+    first = [t.values[0] for t in ours.trials]
+    assert first == sorted(first, reverse=directions[0] == "maximize")
     assert all(is_feasible(t.system_attrs) for t in ours.trials)
     assert [t.number for t in pareto_front(study.get_trials(), directions)]  # not empty
 
