@@ -229,3 +229,33 @@ def test_a_constraint_metric_never_reported_fails_the_trial(tmp_path: Path) -> N
         "constraint metric 'size' was never reported as a finite number; the trial reported "
         "['cost', 'score']"
     )
+
+
+def test_the_multi_objective_example_runs_shortened(tmp_path: Path, cli: Cli) -> None:
+    """studies/multi-objective.yaml (10 trials, under a minute on 2 cores) as 4 one-epoch
+    trials of the real trainer: latency and n_params reported, the front printed, a trial
+    exported."""
+    example = Path(__file__).resolve().parents[1] / "studies" / "multi-objective.yaml"
+    path = tmp_path / "multi-objective.yaml"
+    path.write_text(example.read_text())
+    sets = ["--set", "study.n_trials=4", "--set", "trainer.config.epochs=1"]
+    code, out, err = cli("run", path, *sets)
+    assert code == EXIT_OK, out + err
+    study = stored(path)
+    assert study.metric_names == ["macro_f1", "latency_ms"]
+    for trial in study.trials:
+        assert trial.state.name == "COMPLETE"
+        assert trial.values[1] > 0  # latency_ms, from the trainer
+        n_params = trial.user_attrs["n_params"]
+        over = trial.system_attrs[CONSTRAINTS_KEY][0]
+        assert over == pytest.approx(n_params - 60000)
+    code, out, _ = cli("best", path)
+    assert code == EXIT_OK
+    assert "Pareto front" in out
+    front = [int(line.split()[0]) for line in out.splitlines()[2:]]
+    assert front and all(study.trials[n].system_attrs[CONSTRAINTS_KEY][0] <= 0 for n in front)
+    code, _, err = cli("best", path, "--trial", front[0], "--export", tmp_path / "best.yaml")
+    assert code == EXIT_OK, err
+    exported = yaml.safe_load((tmp_path / "best.yaml").read_text())
+    width = study.trials[front[0]].params["width"]
+    assert exported["model"]["kwargs"]["width"] == width
