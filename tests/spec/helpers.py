@@ -130,3 +130,23 @@ def check_bad(
         assert part in message, message
     for part in absent:
         assert part not in message, message
+
+
+def bad_file_test(cases: list[Any]) -> Callable[..., None]:
+    """One test per row of ``cases`` (rows of :data:`BAD_PARAMS`): the file is refused with
+    exit 2 at the row's file, line and field (assign it to a ``test_*`` name)."""
+
+    @pytest.mark.parametrize(BAD_PARAMS, cases)
+    def test(
+        write: Callable[..., Path],
+        text: str,
+        overrides: list[str],
+        file: str | None,
+        line: int | None,
+        field: str | None,
+        contains: Any,
+        absent: Any,
+    ) -> None:
+        check_bad(write, text, overrides, file, line, field, contains, absent)
+
+    return test

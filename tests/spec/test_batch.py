@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -13,10 +12,9 @@ from dvt_hpo.spec import (
     load_spec,
 )
 from tests.spec.helpers import (
-    BAD_PARAMS,
     BASE,
+    bad_file_test,
     case,
-    check_bad,
 )
 
 
@@ -53,15 +51,4 @@ BAD_BATCH = [
 # fmt: on
 
 
-@pytest.mark.parametrize(BAD_PARAMS, BAD_BATCH)
-def test_bad_batch_size(
-    write: Callable[..., Path],
-    text: Any,
-    overrides: Any,
-    file: Any,
-    line: Any,
-    field: Any,
-    contains: Any,
-    absent: Any,
-) -> None:
-    check_bad(write, text, overrides, file, line, field, contains, absent)
+test_bad_batch_size = bad_file_test(BAD_BATCH)

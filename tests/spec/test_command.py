@@ -6,13 +6,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from dvt_hpo.exceptions import SpecError
 from dvt_hpo.spec import COMMAND_ENTRYPOINT, load_spec
-from tests.spec.helpers import BAD_PARAMS, case, check_bad
+from tests.spec.helpers import bad_file_test, case
 
 CMD = """\
 study:
@@ -182,18 +181,7 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize(BAD_PARAMS, BAD)
-def test_bad_command(
-    write: Callable[..., Path],
-    text: Any,
-    overrides: Any,
-    file: Any,
-    line: Any,
-    field: Any,
-    contains: Any,
-    absent: Any,
-) -> None:
-    check_bad(write, text, overrides, file, line, field, contains, absent)
+test_bad_command = bad_file_test(BAD)
 
 
 RUNNABLE_BAD = [

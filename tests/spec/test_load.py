@@ -7,7 +7,6 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import optuna
 import pytest
@@ -22,11 +21,10 @@ from dvt_hpo.spec import (
     spec_to_dict,
 )
 from tests.spec.helpers import (
-    BAD_PARAMS,
     BASE,
     GOOD,
+    bad_file_test,
     case,
-    check_bad,
     snapshot,
     study_with,
 )
@@ -163,15 +161,4 @@ BAD_FILE = [
 # fmt: on
 
 
-@pytest.mark.parametrize(BAD_PARAMS, BAD_FILE)
-def test_bad_file(
-    write: Callable[..., Path],
-    text: Any,
-    overrides: Any,
-    file: Any,
-    line: Any,
-    field: Any,
-    contains: Any,
-    absent: Any,
-) -> None:
-    check_bad(write, text, overrides, file, line, field, contains, absent)
+test_bad_file = bad_file_test(BAD_FILE)

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from dvt_hpo.exceptions import SpecError
 from dvt_hpo.spec import ConstraintSpec, ObjectiveSpec, load_spec
 from dvt_hpo.spec.objective import describe_objective, infer_direction
-from tests.spec.helpers import BAD_PARAMS, BASE, case, check_bad
+from tests.spec.helpers import BASE, bad_file_test, case
 
 MIN, MAX, REFUSE = "minimize", "maximize", None
 
@@ -305,18 +304,7 @@ MULTI_BAD = [
 ]
 
 
-@pytest.mark.parametrize(BAD_PARAMS, MULTI_BAD)
-def test_bad_multi_objective_input(
-    write: Callable[..., Path],
-    text: Any,
-    overrides: Any,
-    file: Any,
-    line: Any,
-    field: Any,
-    contains: Any,
-    absent: Any,
-) -> None:
-    check_bad(write, text, overrides, file, line, field, contains, absent)
+test_bad_multi_objective_input = bad_file_test(MULTI_BAD)
 
 
 def test_several_objectives_default_to_nsga2_and_no_pruner(write: Callable[..., Path]) -> None:

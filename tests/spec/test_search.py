@@ -5,7 +5,6 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -14,11 +13,10 @@ from dvt_hpo.spec import (
     load_spec,
 )
 from tests.spec.helpers import (
-    BAD_PARAMS,
     BASE,
     DIM_LINE,
+    bad_file_test,
     case,
-    check_bad,
     decay_when,
     more_dims,
     with_dim,
@@ -142,15 +140,4 @@ BAD_SEARCH = [
 # fmt: on
 
 
-@pytest.mark.parametrize(BAD_PARAMS, BAD_SEARCH)
-def test_bad_search_space(
-    write: Callable[..., Path],
-    text: Any,
-    overrides: Any,
-    file: Any,
-    line: Any,
-    field: Any,
-    contains: Any,
-    absent: Any,
-) -> None:
-    check_bad(write, text, overrides, file, line, field, contains, absent)
+test_bad_search_space = bad_file_test(BAD_SEARCH)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -15,11 +14,10 @@ from dvt_hpo.spec import (
     load_spec,
 )
 from tests.spec.helpers import (
-    BAD_PARAMS,
     BASE,
     SET,
+    bad_file_test,
     case,
-    check_bad,
     study_with,
 )
 
@@ -124,15 +122,4 @@ BAD_SOURCE = [
 # fmt: on
 
 
-@pytest.mark.parametrize(BAD_PARAMS, BAD_SOURCE)
-def test_bad_yaml_and_overrides(
-    write: Callable[..., Path],
-    text: Any,
-    overrides: Any,
-    file: Any,
-    line: Any,
-    field: Any,
-    contains: Any,
-    absent: Any,
-) -> None:
-    check_bad(write, text, overrides, file, line, field, contains, absent)
+test_bad_yaml_and_overrides = bad_file_test(BAD_SOURCE)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import optuna
 import pytest
@@ -18,10 +17,9 @@ from dvt_hpo.spec import (
     load_spec,
 )
 from tests.spec.helpers import (
-    BAD_PARAMS,
     BASE,
+    bad_file_test,
     case,
-    check_bad,
     study_with,
 )
 
@@ -210,18 +208,7 @@ BAD_STUDY = [
 # fmt: on
 
 
-@pytest.mark.parametrize(BAD_PARAMS, BAD_STUDY)
-def test_bad_study_objective_tracking(
-    write: Callable[..., Path],
-    text: Any,
-    overrides: Any,
-    file: Any,
-    line: Any,
-    field: Any,
-    contains: Any,
-    absent: Any,
-) -> None:
-    check_bad(write, text, overrides, file, line, field, contains, absent)
+test_bad_study_objective_tracking = bad_file_test(BAD_STUDY)
 
 
 def test_storage_and_tracking_uri_expand_environment_variables(

@@ -6,7 +6,6 @@ import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -15,10 +14,9 @@ from dvt_hpo.spec import (
     load_spec,
 )
 from tests.spec.helpers import (
-    BAD_PARAMS,
     BASE,
+    bad_file_test,
     case,
-    check_bad,
     snapshot,
 )
 
@@ -135,15 +133,4 @@ BAD_TRAINER = [
 # fmt: on
 
 
-@pytest.mark.parametrize(BAD_PARAMS, BAD_TRAINER)
-def test_bad_trainer(
-    write: Callable[..., Path],
-    text: Any,
-    overrides: Any,
-    file: Any,
-    line: Any,
-    field: Any,
-    contains: Any,
-    absent: Any,
-) -> None:
-    check_bad(write, text, overrides, file, line, field, contains, absent)
+test_bad_trainer = bad_file_test(BAD_TRAINER)
