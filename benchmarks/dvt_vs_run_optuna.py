@@ -168,7 +168,8 @@ def child_run_optuna(args: dict[str, Any]) -> None:
 def isolated_env(folder: Path) -> dict[str, str]:
     home = folder / "home"
     home.mkdir(parents=True, exist_ok=True)
-    return {**os.environ, "HOME": str(home), "YOLO_CONFIG_DIR": str(home / "ultralytics")}
+    # An existing folder: ultralytics (8.4) falls back to /tmp/Ultralytics otherwise.
+    return {**os.environ, "HOME": str(home), "YOLO_CONFIG_DIR": str(home)}
 
 
 def run_run_optuna(
