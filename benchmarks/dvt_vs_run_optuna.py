@@ -1,7 +1,7 @@
 """deepvisiontools' own ``run_optuna`` next to dvt-hpo on the same task and search space.
 
     .venv-dvt/bin/python benchmarks/dvt_vs_run_optuna.py [--trials 6] [--seeds 0 1 2]
-                                                          [--epochs 4] [--workdir DIR]
+                                                          [--epochs 4] [--workdir DIR] [--cold]
 
 The task: the example study's smp U-Net (``studies/deepvisiontools/trainer.yaml``) on the
 generated 64x64 segmentation set (16 train, 8 valid), batch size 4, CPU. The space: ``lr``
@@ -15,12 +15,18 @@ TPE (``seed``, 3 startup trials), median pruner (2 startup trials, 1 warm-up epo
   it still logs every trial to MLflow, which its runner forces). Its score callback records the
   trained model's parameter count.
 - ``dvt-hpo``: ``dvt-hpo run`` of the same study (SQLite, one trial at a time, each trial a
-  process that imports deepvisiontools: "cold" starts; ``logging.backends: []``).
+  process of its own, ``logging.backends: []``). Trials start warm (forked from a template that
+  imported torch and deepvisiontools once); ``--cold`` starts each as a fresh interpreter that
+  imports them (``trials.warm: false``).
 
-Columns: wall time of the whole study (process start to exit), best value, whether the best
-trial trained the architecture its params name, trials pruned of N, and how many trials trained
-the architecture they sampled (the parameter count equals the one of the U-Net smp builds from
-the sampled kwargs).
+The two runners alternate per seed, so both see the same load on a shared machine. Columns:
+wall time of the whole study (process start to exit), best value, whether the best trial
+trained the architecture its params name, trials pruned of N, failed trials, how many trials
+trained the architecture they sampled (the parameter count equals the one of the U-Net smp
+builds from the sampled kwargs), and how trials started: for dvt-hpo the mean ``startup_s``
+(launch to the entry point's call) and ``ready_s`` (launch to the training's start: imports
+done, the trial's folder entered) of the trials after the first, and the first trial's
+``ready_s`` (it waits for the template's imports, or pays its own).
 """
 
 from __future__ import annotations
@@ -162,7 +168,8 @@ def child_run_optuna(args: dict[str, Any]) -> None:
 def isolated_env(folder: Path) -> dict[str, str]:
     home = folder / "home"
     home.mkdir(parents=True, exist_ok=True)
-    return {**os.environ, "HOME": str(home), "YOLO_CONFIG_DIR": str(home / "ultralytics")}
+    # An existing folder: ultralytics (8.4) falls back to /tmp/Ultralytics otherwise.
+    return {**os.environ, "HOME": str(home), "YOLO_CONFIG_DIR": str(home)}
 
 
 def run_run_optuna(
@@ -186,7 +193,7 @@ def run_run_optuna(
 
 
 def run_dvt_hpo(
-    folder: Path, config: dict[str, Any], seed: int, trials: int
+    folder: Path, config: dict[str, Any], seed: int, trials: int, *, warm: bool = True
 ) -> tuple[float, list[dict[str, Any]]]:
     import optuna
 
@@ -201,7 +208,13 @@ def run_dvt_hpo(
             "pruner": {"kind": "median", "n_startup_trials": 2, "n_warmup_steps": 1},
         },
         "objective": {"metric": MONITOR, "direction": "maximize", "reduce": "best"},
-        "trials": {"launcher": "process", "parallel": 1, "devices": "cpu", "timeout_s": 600},
+        "trials": {
+            "launcher": "process",
+            "parallel": 1,
+            "devices": "cpu",
+            "timeout_s": 600,
+            "warm": warm,
+        },
         "trainer": {
             "entrypoint": "dvt_hpo.backends.deepvisiontools:run",
             "schema": "dvt_hpo.backends.deepvisiontools:BackendConfig",
@@ -245,6 +258,9 @@ def run_dvt_hpo(
             "value": t.value,
             "params": t.params,
             "n_params": t.user_attrs.get("n_params"),
+            "warm": bool(t.user_attrs.get("warm_start")),
+            "startup_s": t.user_attrs.get("startup_s"),
+            "ready_s": t.user_attrs.get("ready_s"),
         }
         for t in loaded.trials
     ]
@@ -269,7 +285,25 @@ def summarize(
         "failed": sum(t["state"] == "FAIL" for t in trials),
         "n": len(trials),
         "faithful": f"{faithful}/{len(trained)}",
+        "starts": starts(trials),
     }
+
+
+def starts(trials: list[dict[str, Any]]) -> str:
+    """How the trials started (run_optuna's run in its one process)."""
+    if not trials or "ready_s" not in trials[0]:
+        return "in-process"
+    kind = "warm" if all(t["warm"] for t in trials) else "cold"
+    later = [t for t in trials[1:] if t["ready_s"] is not None and t["startup_s"] is not None]
+
+    def mean(key: str) -> float:
+        return sum(t[key] for t in later) / len(later) if later else float("nan")
+
+    first = trials[0]["ready_s"]
+    return (
+        f"{kind}: startup {mean('startup_s'):.2f} s, ready {mean('ready_s'):.2f} s "
+        f"(first trial {first if first is not None else float('nan'):.1f} s)"
+    )
 
 
 def main() -> int:
@@ -278,6 +312,7 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--cold", action="store_true", help="dvt-hpo trials start cold")
     parser.add_argument("--child-run-optuna", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child_run_optuna is not None:
@@ -291,26 +326,47 @@ def main() -> int:
     config = trainer_config(dataset, args.epochs)
     expected = {attention: expected_params(attention) for attention in ATTENTION}
     print(f"workdir {workdir}; {args.trials} trials x {args.epochs} epochs; params {expected}")
+    print(f"load average at the start: {load()}")
     print(
         "| seed | runner | wall s | best valid/f1/cls1 | best trial trained its params "
-        "| pruned / trials | failed | trained = sampled |"
+        "| pruned / trials | failed | trained = sampled | trial starts |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     totals: dict[str, list[dict[str, Any]]] = {"run_optuna": [], "dvt-hpo": []}
     for seed in args.seeds:
-        for name, runner in (("run_optuna", run_run_optuna), ("dvt-hpo", run_dvt_hpo)):
-            wall, trials = runner(workdir / f"{name}-{seed}", config, seed, args.trials)
+        for name in totals:
+            folder = workdir / f"{name}-{seed}"
+            if name == "run_optuna":
+                wall, trials = run_run_optuna(folder, config, seed, args.trials)
+            else:
+                wall, trials = run_dvt_hpo(folder, config, seed, args.trials, warm=not args.cold)
             row = summarize(wall, trials, expected)
             totals[name].append(row)
             print(
                 f"| {seed} | {name} | {row['wall']:.1f} | {row['best']:.4f} | {row['best_faithful']} "
                 f"| {row['pruned']} / {row['n']} "
-                f"| {row['failed']} | {row['faithful']} |",
+                f"| {row['failed']} | {row['faithful']} | {row['starts']} |",
                 flush=True,
             )
-    ratio = sum(r["wall"] for r in totals["dvt-hpo"]) / sum(r["wall"] for r in totals["run_optuna"])
-    print(f"dvt-hpo / run_optuna wall time over the seeds: {ratio:.2f}x (cold trial starts)")
+    print(f"load average at the end: {load()}")
+    ours, theirs = totals["dvt-hpo"], totals["run_optuna"]
+    per_seed = ", ".join(
+        f"seed {seed} {a['wall'] / b['wall']:.2f}x"
+        for seed, a, b in zip(args.seeds, ours, theirs, strict=True)
+    )
+    ratio = sum(r["wall"] for r in ours) / sum(r["wall"] for r in theirs)
+    kind = "cold" if args.cold else "warm"
+    print(
+        f"dvt-hpo / run_optuna wall time over the seeds: {ratio:.2f}x ({kind} trial starts; {per_seed})"
+    )
+    for name, rows in totals.items():
+        mean = sum(r["best"] for r in rows) / len(rows)
+        print(f"{name}: mean best {MONITOR} over the seeds {mean:.4f}")
     return 0
+
+
+def load() -> str:
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
 if __name__ == "__main__":

@@ -158,7 +158,8 @@ class Launcher:
 
     With ``trials.warm`` (the default for ``launcher: process``) each trial is forked from one
     template process that imported the worker, the entry point's module and
-    ``trials.preload`` once (:mod:`dvt_hpo.warm`); otherwise, and for torchrun, each trial is a
+    ``trials.preload`` once (:mod:`dvt_hpo.warm`; their warm-up hooks run in folders under
+    ``warm_dir``); otherwise, and for torchrun, each trial is a
     fresh ``python`` process. A template whose watched files changed on disk, or that died, is
     replaced before the next trial; one whose imports failed turns warm starts off for the
     run (trials then start cold and fail with the import error as they always did). Each
@@ -177,6 +178,7 @@ class Launcher:
         log_path: Path,
         log_limit: int | None,
         out: Callable[[str], None],
+        warm_dir: Path | None = None,
     ) -> None:
         self.launcher = launcher
         self.nproc_per_node = nproc_per_node
@@ -187,6 +189,7 @@ class Launcher:
         self.log_path = log_path
         self.log_limit = log_limit
         self.out = out
+        self.warm_dir = warm_dir
         self._template: WarmTemplate | None = None
         self._lock = threading.Lock()
         self._said: set[str] = set()
@@ -232,6 +235,7 @@ class Launcher:
                     cwd=self.cwd,
                     log_path=self.log_path,
                     popen=spawner_popen,
+                    warm_dir=self.warm_dir,
                 )
             except TemplateUnavailable as exc:
                 self.warm = False

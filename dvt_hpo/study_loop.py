@@ -97,6 +97,9 @@ class StudyRunner:
             base_env=self.child_env,
             cwd=spec.path.parent,
             log_path=spec.trials.runs_dir / "warm-template.log",
+            # What the template's warm-up hooks write (import-time settings and caches) stays
+            # in the study's runs folder.
+            warm_dir=spec.trials.runs_dir / "warm-template",
             log_limit=spec.trials.log_limit,
             out=lambda line: self.out(line),
         )

@@ -208,3 +208,72 @@ time.sleep(300)
                 alive.discard(pid)
         time.sleep(0.05)
     assert not alive, f"left running after kill -9 of their owner: {alive}"
+
+
+HOOKED_TRAINER = """
+import json, os
+from pathlib import Path
+
+warmed = None
+
+def __dvt_hpo_warm__(folder):
+    global warmed
+    if os.environ.get("HOOK_FAILS"):
+        raise RuntimeError("no GPU driver")
+    folder.mkdir(parents=True)
+    (folder / "written-at-import.txt").write_text("x")
+    warmed = str(folder)
+
+def run(config, ctx):
+    seen = {"warmed": warmed, "warm_dir": os.environ.get("DVT_HPO_WARM_DIR")}
+    Path(config["out"]).write_text(json.dumps(seen))
+    return {"score": 1.0}
+"""
+
+
+def _hooked_template(tmp_path: Path, warm_dir: Path | None, **env: str) -> warm.WarmTemplate:
+    (tmp_path / "hooked_trainer.py").write_text(HOOKED_TRAINER)
+    return warm.WarmTemplate.start(
+        ["dvt_hpo.worker", "hooked_trainer"],
+        env={**_env(tmp_path), **env},
+        cwd=tmp_path,
+        log_path=tmp_path / "template.log",
+        popen=subprocess.Popen,
+        warm_dir=warm_dir,
+    )
+
+
+def _seen_by_trial(template: warm.WarmTemplate, tmp_path: Path) -> dict[str, str | None]:
+    out = tmp_path / "seen.json"
+    payload = _payload(tmp_path, "hooked", {"out": str(out)}, "hooked_trainer:run")
+    assert _spawn(template, payload, _env(tmp_path)).reap() == 0
+    return json.loads(out.read_text())
+
+
+def test_warm_up_hook_runs_in_its_folder_and_its_state_reaches_the_trial(tmp_path):
+    t = _hooked_template(tmp_path, tmp_path / "runs" / "warm-template")
+    try:
+        folder = tmp_path / "runs" / "warm-template" / "hooked_trainer"
+        assert t.errors == {}
+        assert (folder / "written-at-import.txt").exists()
+        # The trial inherits what the hook did; the template's own variable is not its.
+        assert _seen_by_trial(t, tmp_path) == {"warmed": str(folder), "warm_dir": None}
+    finally:
+        t.close()
+
+
+def test_without_a_warm_dir_no_hook_runs(tmp_path):
+    t = _hooked_template(tmp_path, None)
+    try:
+        assert t.errors == {}
+        assert _seen_by_trial(t, tmp_path) == {"warmed": None, "warm_dir": None}
+    finally:
+        t.close()
+
+
+def test_a_failing_hook_is_reported_like_a_failed_import(tmp_path):
+    t = _hooked_template(tmp_path, tmp_path / "warm", HOOK_FAILS="1")
+    try:
+        assert t.errors == {"hooked_trainer": "__dvt_hpo_warm__: RuntimeError: no GPU driver"}
+    finally:
+        t.close()

@@ -149,6 +149,16 @@ def test_environment_points_into_the_trial_folder(tmp_path: Path) -> None:
     assert env["PATH"] == "/bin"
 
 
+def test_the_config_folders_exist_before_the_libraries_are_imported(tmp_path: Path) -> None:
+    folders = isolation.TrialFolders.under(tmp_path / "trial")
+    env = {"HOME": "/home/someone"}
+    isolation.isolated_env(folders, env)
+    folders.create()
+    # ultralytics falls back to /tmp/Ultralytics when $YOLO_CONFIG_DIR is not a folder.
+    assert Path(env["YOLO_CONFIG_DIR"]).is_dir()
+    assert Path(env["XDG_CONFIG_HOME"]).is_dir()
+
+
 def test_a_team_mlflow_server_is_kept(tmp_path: Path) -> None:
     folders = isolation.TrialFolders.under(tmp_path)
     env = {"HOME": str(tmp_path), "MLFLOW_TRACKING_URI": "http://mlflow:5000"}

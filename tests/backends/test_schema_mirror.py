@@ -70,7 +70,8 @@ def theirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]
     done = subprocess.run(
         [sys.executable, "-c", _READ, *MIRRORED],
         cwd=home,
-        env={**os.environ, "HOME": str(home), "YOLO_CONFIG_DIR": str(home / "ultralytics")},
+        # An existing folder: ultralytics falls back to /tmp/Ultralytics otherwise.
+        env={**os.environ, "HOME": str(home), "YOLO_CONFIG_DIR": str(home)},
         capture_output=True,
         text=True,
         check=True,
@@ -116,7 +117,7 @@ def test_example_trainer_yaml_loads_with_deepvisiontools_from_yaml(tmp_path: Pat
     done = subprocess.run(
         [sys.executable, "-c", code, str(REPO_ROOT / "studies/deepvisiontools/trainer.yaml")],
         cwd=tmp_path,
-        env={**os.environ, "HOME": str(tmp_path), "YOLO_CONFIG_DIR": str(tmp_path / "u")},
+        env={**os.environ, "HOME": str(tmp_path), "YOLO_CONFIG_DIR": str(tmp_path)},
         capture_output=True,
         text=True,
     )

@@ -9,11 +9,13 @@ In a study file::
 
 Importing this package imports neither torch nor deepvisiontools (``dvt-hpo validate`` reads
 :class:`BackendConfig`); :func:`run` pays deepvisiontools' import in the trial process only,
-after the environment points every output into the trial's folder.
+after the environment points every output into the trial's folder. With warm starts the
+template pays it once instead (:func:`__dvt_hpo_warm__`), inside the study's runs folder.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import replace
@@ -21,7 +23,23 @@ from pathlib import Path
 from typing import Any
 
 from dvt_hpo.backends.deepvisiontools.schema import BackendConfig
+from dvt_hpo.protocol import ENV_LAUNCHED
 from dvt_hpo.schema import from_mapping
+
+
+def __dvt_hpo_warm__(folder: Path) -> None:
+    """The warm template's hook (:mod:`dvt_hpo.warm`): import torch and deepvisiontools once,
+    isolated as a trial is, in ``folder`` (under the study's runs folder): importing
+    deepvisiontools writes ultralytics' settings file under ``$HOME`` and matplotlib's font
+    cache, and those libraries keep the paths they computed at import. Each forked trial then
+    points its environment and working directory at its own folder in :func:`run`; what it
+    writes goes there (its run folder, MLflow store and TensorBoard folder are explicit paths
+    computed per trial)."""
+    from dvt_hpo.backends.deepvisiontools import isolation
+
+    isolation.enter(isolation.TrialFolders.under(folder))
+    # Imports only: a torch operation here would start torch's thread pool before the fork.
+    import dvt_hpo.backends.deepvisiontools.training  # noqa: F401
 
 
 def run(config: Mapping[str, Any], ctx: Any) -> dict[str, float]:
@@ -45,7 +63,19 @@ def run(config: Mapping[str, Any], ctx: Any) -> dict[str, float]:
 
     from dvt_hpo.backends.deepvisiontools.training import train
 
+    ready_s = _since_launch()
+    if ready_s is not None and hasattr(ctx, "set_user_attrs"):
+        # The worker's startup_s ends when run() is called; the heavy imports come after.
+        ctx.set_user_attrs({"ready_s": ready_s})
     return train(config, replace(spec, data=data), folders, ctx)
+
+
+def _since_launch() -> float | None:
+    """Seconds since the orchestrator launched this trial (None outside a study)."""
+    try:
+        return round(time.time() - float(os.environ[ENV_LAUNCHED]), 4)
+    except (KeyError, ValueError):
+        return None
 
 
 __all__ = ["BackendConfig", "run"]

@@ -33,8 +33,16 @@ class TrialFolders:
         root = root.resolve()
         return cls(root=root, home=root / "home", work=root / "work", run=root / "run")
 
+    @property
+    def config(self) -> Path:
+        """``$XDG_CONFIG_HOME`` and ``$YOLO_CONFIG_DIR``."""
+        return self.home / ".config"
+
     def create(self) -> None:
-        for path in (self.home, self.work, self.run):
+        # The config folder must exist before ultralytics is imported: it keeps its settings in
+        # $YOLO_CONFIG_DIR/Ultralytics only when $YOLO_CONFIG_DIR is a writable folder, and
+        # otherwise falls back to /tmp/Ultralytics (8.4), outside the trial's folder.
+        for path in (self.config, self.work, self.run):
             path.mkdir(parents=True, exist_ok=True)
 
 
@@ -53,12 +61,14 @@ def isolated_env(folders: TrialFolders, env: MutableMapping[str, str]) -> dict[s
         "TORCH_HOME": env.get("TORCH_HOME") or str(real_cache / "torch"),
         "HF_HOME": env.get("HF_HOME") or str(real_cache / "huggingface"),
         "HOME": str(home),
-        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_CONFIG_HOME": str(folders.config),
         "XDG_CACHE_HOME": str(home / ".cache"),
         "XDG_DATA_HOME": str(home / ".local" / "share"),
         "XDG_STATE_HOME": str(home / ".local" / "state"),
-        "YOLO_CONFIG_DIR": str(home / ".config" / "Ultralytics"),
-        "MPLCONFIGDIR": str(home / ".config" / "matplotlib"),
+        # ultralytics 8.4 appends "Ultralytics" (settings in home/.config/Ultralytics, as
+        # without the variable); older versions used the folder itself.
+        "YOLO_CONFIG_DIR": str(folders.config),
+        "MPLCONFIGDIR": str(folders.config / "matplotlib"),
         # Progress bars per batch fill stderr.log; the epoch reports say the same.
         "TQDM_DISABLE": env.get("TQDM_DISABLE", "1"),
     }
