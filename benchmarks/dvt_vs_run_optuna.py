@@ -1,7 +1,7 @@
 """deepvisiontools' own ``run_optuna`` next to dvt-hpo on the same task and search space.
 
     .venv-dvt/bin/python benchmarks/dvt_vs_run_optuna.py [--trials 6] [--seeds 0 1 2]
-                                                          [--epochs 4] [--workdir DIR] [--cold]
+                            [--epochs 4] [--workdir DIR] [--cold] [--parallel 1 2]
 
 The task: the example study's smp U-Net (``studies/deepvisiontools/trainer.yaml``) on the
 generated 64x64 segmentation set (16 train, 8 valid), batch size 4, CPU. The space: ``lr``
@@ -14,8 +14,10 @@ TPE (``seed``, 3 startup trials), median pruner (2 startup trials, 1 warm-up epo
   in-process (``OptunaConfig(n_trials=N)``, in-memory storage, MLflow study registration off;
   it still logs every trial to MLflow, which its runner forces). Its score callback records the
   trained model's parameter count.
-- ``dvt-hpo``: ``dvt-hpo run`` of the same study (SQLite, one trial at a time, each trial a
-  process of its own, ``logging.backends: []``). Trials start warm (forked from a template that
+- ``dvt-hpo``: ``dvt-hpo run`` of the same study (SQLite, each trial a process of its own,
+  ``logging.backends: []``), one trial at a time; with ``--parallel 1 2`` also a row with 2
+  trials at a time (``trials.parallel: 2``, one CPU thread each; ``run_optuna`` has no
+  equivalent: its trials share one process). Trials start warm (forked from a template that
   imported torch and deepvisiontools once); ``--cold`` starts each as a fresh interpreter that
   imports them (``trials.warm: false``).
 
@@ -193,7 +195,13 @@ def run_run_optuna(
 
 
 def run_dvt_hpo(
-    folder: Path, config: dict[str, Any], seed: int, trials: int, *, warm: bool = True
+    folder: Path,
+    config: dict[str, Any],
+    seed: int,
+    trials: int,
+    *,
+    warm: bool = True,
+    parallel: int = 1,
 ) -> tuple[float, list[dict[str, Any]]]:
     import optuna
 
@@ -210,7 +218,7 @@ def run_dvt_hpo(
         "objective": {"metric": MONITOR, "direction": "maximize", "reduce": "best"},
         "trials": {
             "launcher": "process",
-            "parallel": 1,
+            "parallel": parallel,
             "devices": "cpu",
             "timeout_s": 600,
             "warm": warm,
@@ -313,6 +321,14 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--cold", action="store_true", help="dvt-hpo trials start cold")
+    parser.add_argument(
+        "--parallel",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="dvt-hpo's trials.parallel, one dvt-hpo row per value (run_optuna runs one trial "
+        "at a time in its process)",
+    )
     parser.add_argument("--child-run-optuna", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child_run_optuna is not None:
@@ -332,14 +348,17 @@ def main() -> int:
         "| pruned / trials | failed | trained = sampled | trial starts |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    totals: dict[str, list[dict[str, Any]]] = {"run_optuna": [], "dvt-hpo": []}
+    names = ["run_optuna", *(dvt_name(p) for p in args.parallel)]
+    totals: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     for seed in args.seeds:
-        for name in totals:
-            folder = workdir / f"{name}-{seed}"
+        for name, parallel in zip(names, [0, *args.parallel], strict=True):
+            folder = workdir / f"{name.replace(' ', '-').replace(',', '')}-{seed}"
             if name == "run_optuna":
                 wall, trials = run_run_optuna(folder, config, seed, args.trials)
             else:
-                wall, trials = run_dvt_hpo(folder, config, seed, args.trials, warm=not args.cold)
+                wall, trials = run_dvt_hpo(
+                    folder, config, seed, args.trials, warm=not args.cold, parallel=parallel
+                )
             row = summarize(wall, trials, expected)
             totals[name].append(row)
             print(
@@ -349,20 +368,27 @@ def main() -> int:
                 flush=True,
             )
     print(f"load average at the end: {load()}")
-    ours, theirs = totals["dvt-hpo"], totals["run_optuna"]
-    per_seed = ", ".join(
-        f"seed {seed} {a['wall'] / b['wall']:.2f}x"
-        for seed, a, b in zip(args.seeds, ours, theirs, strict=True)
-    )
-    ratio = sum(r["wall"] for r in ours) / sum(r["wall"] for r in theirs)
+    theirs = totals["run_optuna"]
     kind = "cold" if args.cold else "warm"
-    print(
-        f"dvt-hpo / run_optuna wall time over the seeds: {ratio:.2f}x ({kind} trial starts; {per_seed})"
-    )
+    for name in names[1:]:
+        ours = totals[name]
+        per_seed = ", ".join(
+            f"seed {seed} {a['wall'] / b['wall']:.2f}x"
+            for seed, a, b in zip(args.seeds, ours, theirs, strict=True)
+        )
+        ratio = sum(r["wall"] for r in ours) / sum(r["wall"] for r in theirs)
+        print(
+            f"{name} / run_optuna wall time over the seeds: {ratio:.2f}x ({kind} trial starts; "
+            f"{per_seed})"
+        )
     for name, rows in totals.items():
         mean = sum(r["best"] for r in rows) / len(rows)
         print(f"{name}: mean best {MONITOR} over the seeds {mean:.4f}")
     return 0
+
+
+def dvt_name(parallel: int) -> str:
+    return "dvt-hpo" if parallel == 1 else f"dvt-hpo, {parallel} at a time"
 
 
 def load() -> str:
