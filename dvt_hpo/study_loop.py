@@ -17,7 +17,6 @@ import contextlib
 import logging
 import os
 import queue
-import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -30,6 +29,7 @@ from dvt_hpo.front import Best, select_best
 from dvt_hpo.import_path import child_pythonpath
 from dvt_hpo.observers import Observers, study_observers
 from dvt_hpo.spec import BUILTIN_ENTRYPOINT
+from dvt_hpo.stop_signals import StopSignals
 from dvt_hpo.storage import redact_url
 from dvt_hpo.storage_errors import with_retry
 from dvt_hpo.study_setup import (
@@ -302,7 +302,7 @@ class StudyRunner:
         )
         launching = True
         stop_message: str | None = None
-        previous_handlers = _install_stop_signals()
+        stop_signals = StopSignals().install()
         try:
             while True:
                 if launching and deadline is not None and time.monotonic() >= deadline:
@@ -328,9 +328,8 @@ class StudyRunner:
                 wait_s = float(spec.study.heartbeat_interval_s)
                 if launching and deadline is not None:
                     wait_s = min(wait_s, max(0.0, deadline - time.monotonic()))
-                try:
-                    outcome = self.events.get(timeout=wait_s)
-                except queue.Empty:
+                outcome = stop_signals.get(self.events, wait_s)
+                if outcome is None:
                     continue
                 run = self.running.pop(outcome.number)
                 free_slots.append(run.slot)
@@ -351,8 +350,7 @@ class StudyRunner:
             self._interrupt()
             raise
         finally:
-            for signum, handler in previous_handlers.items():
-                signal.signal(signum, handler)
+            stop_signals.restore()
             self._stop_heartbeat.set()
         return stop_message
 
@@ -442,7 +440,7 @@ class StudyRunner:
         self.out(f"{why}: stopping {len(self.running)} running trial(s)")
         for run in self.running.values():
             run.interrupt()
-        # Later signals are ignored (_install_stop_signals): the trials are being recorded for
+        # Later signals are ignored (StopSignals): the trials are being recorded for
         # a retry. Each trial's thread always reports (TrialRun._run_safely); the bound only
         # guards against a thread that died before it could.
         limit_s = self.spec.trials.stop_grace_s + 60.0
@@ -531,21 +529,6 @@ def _state(name: str) -> Any:
     from optuna.trial import TrialState
 
     return TrialState[name]
-
-
-def _install_stop_signals() -> dict[int, Any]:
-    """Make the first SIGINT or SIGTERM raise KeyboardInterrupt and ignore any later one, so
-    that the trials being stopped are recorded (FAIL interrupted + a WAITING copy) before the
-    exit. Returns the previous handlers (none outside the main thread)."""
-
-    def handler(signum: int, frame: Any) -> None:
-        for stop_signal in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(stop_signal, signal.SIG_IGN)
-        raise KeyboardInterrupt
-
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-    return {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
 
 
 def run_study(

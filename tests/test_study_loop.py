@@ -26,7 +26,7 @@ from dvt_hpo.events import (
 from dvt_hpo.process_tree import wait_gone
 from dvt_hpo.spec import load_spec
 from dvt_hpo.study_loop import StudyRunner, StudyStopped
-from tests.conftest import toy_study
+from tests.conftest import drop_an_interrupt, toy_study
 
 pytestmark = pytest.mark.processes
 
@@ -397,6 +397,36 @@ def test_observers_see_the_study_and_a_broken_one_costs_only_warnings(
     warnings = [line for line in lines if line.startswith("warning: observer Broken.")]
     assert len(warnings) == 3 + 3  # trial_started x3, trial_reported x3 (one line each)
     assert all("tracking server down" in line for line in warnings)
+
+
+class DropsAnInterrupt(BaseObserver):
+    """Gets a Ctrl-C that Python drops (see ``drop_an_interrupt``) while a trial starts."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.monkeypatch = monkeypatch
+        self.dropped: list[Any] = []
+
+    def trial_started(self, event: TrialStarted) -> dict[str, Any] | None:
+        self.dropped = drop_an_interrupt(self.monkeypatch)
+        return None
+
+
+def test_a_ctrl_c_that_python_dropped_still_stops_the_run_and_records_the_trial(
+    write_study: Callable[..., Path], unique_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What CI once saw: the interrupt raised inside SQLAlchemy's weakref callback was dropped,
+    # every later signal was ignored, and the worker ran on until its trial ended.
+    doc = toy(unique_name, [{"do": "sleep", "seconds": 20}], study={"n_trials": 1})
+    spec = load_spec(write_study(doc))
+    observer = DropsAnInterrupt(monkeypatch)
+    lines: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        StudyRunner(spec, out=lines.append, observers=[observer]).run()
+    assert [type(d.exc_value) for d in observer.dropped] == [KeyboardInterrupt]
+    trials = optuna.load_study(study_name=unique_name, storage=spec.study.storage).trials
+    assert [t.state for t in trials] == [State.FAIL, State.WAITING], lines
+    assert trials[0].user_attrs["status"] == "interrupted"
+    assert trials[1].system_attrs["failed_trial"] == 0
 
 
 # -- issue 8: results that can be trusted, no hang --------------------------------------------

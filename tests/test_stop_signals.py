@@ -1,0 +1,50 @@
+"""The orchestrator's stop signals, including an interrupt that Python drops."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+
+import pytest
+
+from dvt_hpo.stop_signals import StopSignals
+from tests.conftest import drop_an_interrupt
+
+
+def test_the_first_signal_interrupts_and_later_ones_are_ignored() -> None:
+    previous = signal.getsignal(signal.SIGTERM)
+    stop = StopSignals().install()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):
+                pass
+        assert stop.received == signal.SIGTERM
+        os.kill(os.getpid(), signal.SIGINT)  # ignored: the stop is being recorded
+        os.kill(os.getpid(), signal.SIGTERM)
+    finally:
+        stop.restore()
+    assert signal.getsignal(signal.SIGTERM) == previous
+
+
+def test_an_interrupt_dropped_by_python_is_raised_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    stop = StopSignals().install()
+    try:
+        dropped = drop_an_interrupt(monkeypatch)
+        assert [type(d.exc_value) for d in dropped] == [KeyboardInterrupt]
+        assert stop.received == signal.SIGINT
+        events: queue.Queue[int] = queue.Queue()
+        events.put(1)
+        with pytest.raises(KeyboardInterrupt):
+            stop.get(events, 600.0)  # not a 600 s wait, nor the queued item
+    finally:
+        stop.restore()
+
+
+def test_get_returns_an_event_or_none_after_the_timeout() -> None:
+    stop = StopSignals()
+    events: queue.Queue[int] = queue.Queue()
+    events.put(7)
+    assert stop.get(events, 5.0) == 7
+    assert stop.get(events, 0.05) is None
