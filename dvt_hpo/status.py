@@ -38,8 +38,11 @@ class RunningTrial:
     host: str | None
     last_step: int | None
     metric: str
-    value: float | None  # the objective metric at ``last_step``
+    value: float | None  # the first objective's latest report
     params: dict[str, Any]
+    # Every objective's latest report, in ``StudyStatus.metrics`` order; ``None`` for one not
+    # reported yet. With several objectives none of them leads, so ``value`` alone misleads.
+    values: list[float | None] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -191,10 +194,20 @@ def read_status(
     running = []
     for t in storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,)):
         step, value = last_report(t, metric)
+        values = [value] + [last_report(t, name)[1] for name in objective.names[1:]]
         start = t.datetime_start.timestamp() if t.datetime_start else now
         host = t.user_attrs.get("host")
         running.append(
-            RunningTrial(t.number, round(now - start, 1), host, step, metric, value, dict(t.params))
+            RunningTrial(
+                t.number,
+                round(now - start, 1),
+                host,
+                step,
+                metric,
+                value,
+                dict(t.params),
+                values,
+            )
         )
     running.sort(key=lambda r: r.number)
 
@@ -277,9 +290,13 @@ def format_status(status: StudyStatus) -> str:
         lines.append("running:")
         for r in status.running:
             step = "-" if r.last_step is None else str(r.last_step)
+            if len(names) > 1 and r.values:
+                reports = " ".join(f"{n}={_fmt(v)}" for n, v in zip(names, r.values, strict=False))
+            else:
+                reports = f"{r.metric}={_fmt(r.value)}"
             lines.append(
                 f"  trial {r.number:>4}  {_fmt_elapsed(r.elapsed_s)}  {r.host or '?'}  "
-                f"epoch {step}  {r.metric}={_fmt(r.value)}  {fmt_params(r.params)}"
+                f"epoch {step}  {reports}  {fmt_params(r.params)}"
             )
     if status.failures:
         lines.append("last failures:")

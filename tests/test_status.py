@@ -29,6 +29,7 @@ def test_status_reads_counts_best_running_and_failures(tmp_path: Path) -> None:
     assert set(status.best.params) == {"lr", "width"}
     [running] = status.running
     assert (running.number, running.host, running.last_step, running.value) == (6, "gpu-1", 1, 0.4)
+    assert running.values == [0.4]
     assert 0 <= running.elapsed_s < 60
     [failure] = status.failures
     assert failure.number == 5
@@ -37,7 +38,7 @@ def test_status_reads_counts_best_running_and_failures(tmp_path: Path) -> None:
     text = format_status(status)
     assert "study 'seeing'" in text and "6/10 trials finished" in text
     assert "best trial 3: score=0.93" in text and "batch=256" in text
-    assert "trial    6" in text and "gpu-1" in text and "epoch 1" in text and "score=0.4" in text
+    assert "gpu-1  epoch 1  score=0.4  lr=" in text
     assert "CUDA out of memory at batch 512" in text
 
 
@@ -155,6 +156,33 @@ def test_a_running_trial_of_several_objectives_shows_its_last_epoch(tmp_path: Pa
     trial.set_user_attr("last_metrics", {"score": 0.5, "cost": 3.0})
     frozen = study.get_trials()[0]
     assert last_report(frozen, "cost") == (2, 3.0)
+
+
+def test_status_shows_every_objective_of_a_running_trial(
+    tmp_path: Path, write_study, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.tradeoff_study import tradeoff_doc
+
+    path = write_study(tradeoff_doc("mo"))
+    spec = load_spec(path)
+    study = optuna.create_study(
+        study_name="mo", storage=spec.study.storage, directions=["maximize", "minimize"]
+    )
+    trial = study.ask()
+    trial.suggest_categorical("x", [0.2, 0.4, 0.6, 0.8])
+    # What the runner stores at each epoch of a multi-objective trial (trial_run.on_report).
+    trial.set_user_attr("host", "gpu-1")
+    trial.set_user_attr("last_step", 2)
+    trial.set_user_attr("last_metrics", {"score": 0.5, "cost": 3.0, "size": 400.0})
+
+    status = read_status(*open_existing_storage(spec), spec)
+    [running] = status.running
+    assert (running.last_step, running.value, running.values) == (2, 0.5, [0.5, 3.0])
+    assert "epoch 2  score=0.5 cost=3  x=" in format_status(status)
+
+    assert main(["status", str(path), "--json"]) == EXIT_OK
+    [shown] = json.loads(capsys.readouterr().out)["running"]
+    assert (shown["last_step"], shown["values"]) == (2, [0.5, 3.0])
 
 
 @pytest.mark.processes
