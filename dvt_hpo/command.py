@@ -6,7 +6,8 @@ control connection as watchdog, its process group (the script is a child in the 
 so the orchestrator's stop and timeout, and the watchdog, reach it), the slot's environment
 (``CUDA_VISIBLE_DEVICES``, ``OMP_NUM_THREADS``, under torchrun ``RANK``, ``MASTER_ADDR``...),
 the folder it runs in and the capped log files: the script's stdout and stderr are copied line
-by line to the worker's own, which are the trial's logs.
+by line to the worker's own, which are the trial's logs. A line ends at ``\n``, ``\r\n`` or a
+lone ``\r``: a progress bar redrawn with ``\r`` reaches the log and the pattern at each redraw.
 
 Metrics reach ``ctx.report`` two ways, both going through one lock so each step is reported
 once: :mod:`dvt_hpo.report` in the script (over a Unix socket named by ``$DVT_HPO_REPORT``;
@@ -27,7 +28,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
 
     Context = TrialContext | LocalContext
 
-__all__ = ["CONFIG_JSON", "CONFIG_YAML", "exit_reason", "run"]
+__all__ = ["CONFIG_JSON", "CONFIG_YAML", "exit_reason", "run", "split_lines"]
 
 CONFIG_YAML = "config.yaml"  # {config}: the trial's resolved config, in the trial folder
 CONFIG_JSON = "config.json"  # {config_json}
@@ -55,6 +56,7 @@ _MAX_LINE_BYTES = 64 * 1024  # a longer stdout line is copied and matched in pie
 _MAX_REQUEST_BYTES = 1024 * 1024
 _DRAIN_S = 5.0  # after the script exits, how long its pipes may take to reach EOF
 _LAST_LINE_CHARS = 500
+_LINE_END = re.compile(rb"\r\n?|\n")
 
 
 def run(config: Mapping[str, Any], ctx: Context, *, command: CommandPayload) -> None:
@@ -271,9 +273,42 @@ class _Reporter:
             self.stopper.request(delay_s=0.0)
 
 
+def split_lines(chunks: Iterable[bytes], max_bytes: int) -> Iterator[tuple[bytes, bool]]:
+    """The pieces of a byte stream read in ``chunks``, each with whether it is a line.
+
+    A line ends at ``\n``, ``\r\n`` or a lone ``\r`` (kept in the piece), or after
+    ``max_bytes`` without an end; what is left at the end of the stream is a last line. The
+    pieces joined are the stream byte for byte. A ``\r`` that ends a chunk is a line end at
+    once (a script may write ``val=0.5\r`` and sleep); when the next chunk starts with the
+    ``\n`` of that ``\r\n``, the ``\n`` comes alone and is not a line."""
+    buffer = b""
+    scanned = 0  # buffer[:scanned] holds no line end
+    after_cr = False
+    for chunk in chunks:
+        if after_cr and chunk.startswith(b"\n"):
+            yield b"\n", False
+            chunk = chunk[1:]
+        buffer += chunk
+        after_cr = False
+        while buffer:
+            end = _LINE_END.search(buffer, scanned)
+            if end is not None and end.start() < max_bytes:
+                cut = end.end()
+            elif len(buffer) >= max_bytes:
+                cut = max_bytes
+            else:
+                scanned = len(buffer)
+                break
+            line, buffer, scanned = buffer[:cut], buffer[cut:], 0
+            after_cr = not buffer and line.endswith(b"\r")
+            yield line, True
+    if buffer:
+        yield buffer, True
+
+
 class _Pump:
-    """Copies a pipe to ``sink`` line by line (bounded lines), calling ``on_line`` on each,
-    and keeps the last non-empty line."""
+    """Copies a pipe to ``sink`` line by line (bounded lines, see :func:`split_lines`),
+    calling ``on_line`` on each, and keeps the last non-empty line."""
 
     def __init__(
         self, pipe: IO[bytes], sink: IO[bytes] | None, on_line: Callable[[bytes], None] | None
@@ -286,12 +321,19 @@ class _Pump:
         self._thread.start()
 
     def _run(self) -> None:
+        # readline() ends lines at "\n" only: a "\r" redraw would wait for the next newline.
+        chunks = iter(lambda: self._pipe.read1(_MAX_LINE_BYTES), b"")
         try:
-            while line := self._pipe.readline(_MAX_LINE_BYTES):
+            for line, is_line in split_lines(chunks, _MAX_LINE_BYTES):
                 if self._sink is not None:
+                    # As written, "\r" included: the worker's stdout is a terminal when the
+                    # trial is rerun by hand, where a redrawn bar must stay one line, and the
+                    # log then reads like a capture of that terminal.
                     with contextlib.suppress(OSError, ValueError):
                         self._sink.write(line)
                         self._sink.flush()
+                if not is_line:
+                    continue
                 if text := line.decode("utf-8", errors="replace").strip():
                     self.last_line = text[-_LAST_LINE_CHARS:]
                 if self._on_line is not None:

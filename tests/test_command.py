@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from dvt_hpo import process_tree
-from dvt_hpo.command import exit_reason
+from dvt_hpo.command import exit_reason, split_lines
 from dvt_hpo.spec import COMMAND_ENTRYPOINT
 from tests.conftest import REPO_ROOT, toy_study
 
@@ -126,6 +126,24 @@ def test_a_printing_script_completes_through_metrics_pattern(
     assert rerun.stdout.count("epoch 2: loss=") == 1 and "done" in rerun.stdout
 
 
+@PROCESSES
+def test_progress_redraws_ended_by_carriage_returns_are_lines_for_the_pattern(
+    tmp_path: Path, run_study: RunStudy, unique_name: str
+) -> None:
+    doc = command_study(unique_name, "--mode", "progress", study={"n_trials": 1})
+    doc["trainer"]["metrics_pattern"] = VAL_LINE
+    (trial,) = run_study(doc).trials
+    assert trial.state.name == "COMPLETE", trial.user_attrs.get("reason")
+    lr = trial.params["lr"]
+    # Up to "done" the script wrote no newline: ended at "\n" only, it was one line and the
+    # pattern found step 0 alone.
+    assert trial.intermediate_values == {0: lr, 1: 2 * lr, 2: 3 * lr}
+    log = (trial_dir(tmp_path, unique_name, 0) / "stdout.log").read_bytes()
+    # Copied as written: 5 redraws an epoch, each ended by its "\r".
+    assert log.count(b"\r") == 15 and log.count(b"\n") == 1 and log.endswith(b"\rdone\n")
+    assert f"epoch 2 val: loss={1 - 3 * lr!r} score={3 * lr!r}\r".encode() in log
+
+
 PRUNE_AT_FIRST = {"n_trials": 1, "pruner": {"kind": "threshold", "lower": 0.9}}
 
 
@@ -153,6 +171,20 @@ def test_metrics_pattern_pruning_stops_the_script(
     folder = trial_dir(tmp_path, unique_name, 0)
     assert "finished epoch 0" not in (folder / "stdout.log").read_text()
     assert not process_tree.pid_alive(received(folder)["pid"])
+
+
+@PROCESSES
+def test_a_redraw_ended_by_a_carriage_return_is_matched_before_the_next_output(
+    tmp_path: Path, run_study: RunStudy, unique_name: str
+) -> None:
+    doc = command_study(unique_name, "--mode", "progress", "--sleep", "30", study=PRUNE_AT_FIRST)
+    doc["trainer"]["metrics_pattern"] = VAL_LINE
+    (trial,) = run_study(doc).trials
+    assert trial.state.name == "PRUNED", trial.user_attrs.get("reason")
+    assert trial.user_attrs["pruned_step"] == 0
+    assert trial.user_attrs["duration_s"] < 20  # pruned at the "\r", not after the 30 s sleep
+    log = (trial_dir(tmp_path, unique_name, 0) / "stdout.log").read_text()
+    assert "finished epoch 0" not in log
 
 
 @PROCESSES
@@ -259,6 +291,49 @@ def test_a_command_runs_on_each_torchrun_rank_and_rank_0_reports(
         seen = json.loads((folder / f"ddp-rank{rank}.json").read_text())
         assert seen["world"] == 2
         assert (seen["env"]["RANK"], seen["env"]["LOCAL_RANK"]) == (str(rank), str(rank))
+
+
+STREAM = b"epoch 0 1/3\repoch 0 3/3\r\nval=0.5\r\rnext\n\nlast"
+STREAM_LINES = [
+    b"epoch 0 1/3\r",
+    b"epoch 0 3/3\r\n",
+    b"val=0.5\r",
+    b"\r",
+    b"next\n",
+    b"\n",
+    b"last",
+]
+
+
+def test_split_lines_ends_lines_at_newline_carriage_return_or_both() -> None:
+    pieces = list(split_lines([STREAM], 64))
+    assert pieces == [(line, True) for line in STREAM_LINES]
+
+
+def test_split_lines_gives_the_same_lines_however_reads_cut_the_stream() -> None:
+    expected = [line.rstrip(b"\r\n") for line in STREAM_LINES]
+    for cut in range(1, len(STREAM)):
+        chunks = [STREAM[:cut], STREAM[cut:]]
+        pieces = list(split_lines(chunks, 64))
+        assert b"".join(piece for piece, _ in pieces) == STREAM, cut
+        lines = [piece.rstrip(b"\r\n") for piece, is_line in pieces if is_line]
+        assert lines == expected, cut
+    # A "\r" ending a read is a line end at once; the "\n" that follows it is no new line.
+    assert list(split_lines([b"a=1\r", b"\nb"], 64)) == [
+        (b"a=1\r", True),
+        (b"\n", False),
+        (b"b", True),
+    ]
+
+
+def test_split_lines_cuts_a_line_without_an_end_at_max_bytes() -> None:
+    assert list(split_lines([b"ab", b"cdefghij\r"], 4)) == [
+        (b"abcd", True),
+        (b"efgh", True),
+        (b"ij\r", True),
+    ]
+    # A "\r\n" across the cap is still one line end.
+    assert list(split_lines([b"abc\r\nd"], 4)) == [(b"abc\r\n", True), (b"d", True)]
 
 
 def test_exit_reason_names_the_code_or_the_signal() -> None:

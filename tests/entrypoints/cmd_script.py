@@ -3,7 +3,9 @@
 ``--mode`` picks its behaviour: ``helper`` reports with :func:`dvt_hpo.report.report`,
 ``print`` prints lines for ``trainer.metrics_pattern``, ``crash`` raises ``ValueError`` after
 its first epoch, ``silent`` never reports the objective, ``twice`` reports a step twice, ``signal`` kills itself with SIGKILL,
-``stubborn`` reports but ignores the pruning ``SystemExit`` and SIGTERM. ``--out`` gets
+``stubborn`` reports but ignores the pruning ``SystemExit`` and SIGTERM, ``progress`` prints the
+``print`` val line as a progress bar would: each redraw ends with ``\r``, no newline until
+``done``. ``--out`` gets
 ``received-rank{R}.json``: the arguments it parsed, its pid and its torchrun variables.
 """
 
@@ -43,6 +45,10 @@ for epoch in range(args.epochs):
     elif args.mode == "print":
         print(f"epoch {epoch} train: loss={1 - score!r}")  # not matched: no score
         print(f"epoch {epoch} val: loss={1 - score!r} score={score!r}")
+    elif args.mode == "progress":
+        for batch in range(3):
+            print(f"epoch {epoch} train {batch}/3 loss={1 - score!r}", end="\r", flush=True)
+        print(f"epoch {epoch} val: loss={1 - score!r} score={score!r}", end="\r", flush=True)
     elif args.mode == "crash":
         report(epoch, score=score)
         raise ValueError(f"bad lr {args.lr}")
@@ -60,5 +66,5 @@ for epoch in range(args.epochs):
         except SystemExit:
             print("ignoring the prune", flush=True)
     time.sleep(args.sleep)
-    print(f"finished epoch {epoch}", flush=True)
+    print(f"finished epoch {epoch}", end="\r" if args.mode == "progress" else "\n", flush=True)
 print("done", flush=True)
