@@ -182,7 +182,7 @@ def test_a_redraw_ended_by_a_carriage_return_is_matched_before_the_next_output(
     (trial,) = run_study(doc).trials
     assert trial.state.name == "PRUNED", trial.user_attrs.get("reason")
     assert trial.user_attrs["pruned_step"] == 0
-    assert trial.user_attrs["duration_s"] < 20  # pruned at the "\r", not after the 30 s sleep
+    assert trial.user_attrs["duration_s"] < 30  # pruned at the "\r", not after the 30 s sleep
     log = (trial_dir(tmp_path, unique_name, 0) / "stdout.log").read_text()
     assert "finished epoch 0" not in log
 
