@@ -12,6 +12,7 @@ import json
 import math
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -39,6 +40,26 @@ class TrialStopped(BaseException):
     def __init__(self, signal_name: str = "SIGTERM") -> None:
         self.signal_name = signal_name
         super().__init__(f"trial stopped by {signal_name}")
+
+
+# The stop signal this trial process received (the worker's SIGTERM handler sets it), so that a
+# TrialStopped that Python dropped is raised again at the next report: a handler that runs in a
+# weakref callback or a ``__del__`` (tqdm's, a DataLoader iterator's) has its exception printed
+# as "Exception ignored" and lost, and later SIGTERMs are ignored while the stop is handled.
+_stop_received: str | None = None
+
+
+def note_stop(signal_name: str) -> None:
+    """Remember that the trial was told to stop (see :func:`_raise_if_stopped`)."""
+    global _stop_received
+    _stop_received = signal_name
+
+
+def _raise_if_stopped() -> None:
+    # The main thread only: a report from another thread (a command trainer's reporter) must
+    # not end that thread; the worker's main thread has the handler's own raise.
+    if _stop_received is not None and threading.current_thread() is threading.main_thread():
+        raise TrialStopped(_stop_received)
 
 
 @dataclass(frozen=True)
@@ -190,6 +211,7 @@ class _BaseContext:
         Each step is reported once: a second report of the same step raises ``ValueError``
         (Optuna keeps only the first value of a step, so the second would be silently lost
         to pruning while the objective used it; report all metrics of a step in one call)."""
+        _raise_if_stopped()
         step, clean = _metrics(step, metrics)
         if step in self._reported_steps:
             raise ValueError(
@@ -443,4 +465,5 @@ __all__ = [
     "cache_entry_key",
     "distributed_env",
     "effective_split",
+    "note_stop",
 ]

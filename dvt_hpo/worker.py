@@ -41,6 +41,7 @@ from dvt_hpo.context import (
     TrialContext,
     TrialStopped,
     distributed_env,
+    note_stop,
 )
 from dvt_hpo.control_client import ControlClient
 from dvt_hpo.exceptions import BatchSizeError, CommandFailed, TrialPruned
@@ -150,7 +151,9 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     # the finally blocks the first one started. A Python no-op, not SIG_IGN, because SIG_IGN
     # would be inherited by processes the entry point starts while cleaning up.
     signal.signal(signal.SIGTERM, _ignore_signal)
-    raise TrialStopped(signal.Signals(signum).name)
+    name = signal.Signals(signum).name
+    note_stop(name)  # raised again at the next report should this raise be dropped
+    raise TrialStopped(name)
 
 
 def _ignore_signal(signum: int, frame: Any) -> None:

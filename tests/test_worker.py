@@ -227,6 +227,23 @@ def test_sigterm_lets_finally_blocks_run(start_trial: Callable[..., Trial], tmp_
     assert result is not None and (result["status"], result["signal"]) == ("stopped", "SIGTERM")
 
 
+def test_a_sigterm_whose_stop_python_dropped_stops_the_trial_at_its_next_report(
+    start_trial: Callable[..., Trial], tmp_path: Path
+) -> None:
+    finally_file = tmp_path / "finally.txt"
+    trial = start_trial(
+        {
+            "actions": [{"do": "drop_sigterm"}, {"do": "curve", "values": [0.5, 0.4, 0.3]}],
+            "finally_file": str(finally_file),
+        }
+    )
+    assert trial.wait() == EXIT_STOPPED, trial.stderr()
+    assert trial.handler.reports == []  # stopped at the first report, which never went out
+    assert finally_file.read_text() == "finally rank 0\n"
+    result = trial.result()
+    assert result is not None and (result["status"], result["signal"]) == ("stopped", "SIGTERM")
+
+
 def test_the_watchdog_kills_the_group_when_the_orchestrator_goes(
     start_trial: Callable[..., Trial],
 ) -> None:

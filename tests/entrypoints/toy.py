@@ -20,6 +20,8 @@ action may carry ``"rank": 1`` or ``"rank": [0, 2]`` to run only on those ranks.
 ``spawn``              start a child process (a stand-in for a dataloader worker) sleeping
                        ``seconds``; its pid goes to user attr ``child_pid``
 ``ignore_sigterm``     ignore SIGTERM from here on (only SIGKILL ends it)
+``drop_sigterm``       SIGTERM to itself inside a weakref callback, where Python drops the
+                       handler's TrialStopped (as in a garbage collection); then go on
 ``find_batch_size``    ``ctx.find_batch_size`` with a fits() that fits up to ``capacity``
                        (``capacity_by_rank`` overrides per rank; ``oom_above: true`` raises
                        MemoryError instead of returning False); ``device`` names the device
@@ -42,6 +44,7 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
 from typing import Any
 
 _kept: list[bytearray] = []
@@ -58,6 +61,27 @@ def _for_me(action: dict[str, Any], rank: int) -> bool:
 
 def _point(value: Any, metric: str) -> dict[str, float]:
     return dict(value) if isinstance(value, dict) else {metric: float(value)}
+
+
+class _Collected:
+    pass
+
+
+def _drop_sigterm() -> None:
+    dropped: list[Any] = []
+    hook, sys.unraisablehook = sys.unraisablehook, dropped.append
+
+    def callback(_ref: object) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(1000):  # the handler runs at the next bytecode boundary, in here
+            pass
+
+    obj = _Collected()
+    ref = weakref.ref(obj, callback)
+    del obj
+    sys.unraisablehook = hook
+    if ref() is not None or [type(d.exc_value).__name__ for d in dropped] != ["TrialStopped"]:
+        raise RuntimeError(f"toy: the SIGTERM was not dropped: {dropped}")
 
 
 def run(config: dict[str, Any], ctx: Any) -> dict[str, float] | None:
@@ -100,6 +124,8 @@ def run(config: dict[str, Any], ctx: Any) -> dict[str, float] | None:
                     [sys.executable, "-c", f"import time; time.sleep({action.get('seconds', 60)})"]
                 )
                 ctx.set_user_attr("child_pid", child.pid)
+            elif do == "drop_sigterm":
+                _drop_sigterm()
             elif do == "ignore_sigterm":
                 signal.signal(signal.SIGTERM, signal.SIG_IGN)
             elif do == "find_batch_size":
