@@ -37,6 +37,7 @@ import yaml
 from dvt_hpo.atomic import write_json_atomic, write_text_atomic
 from dvt_hpo.batch_size import is_out_of_memory_line
 from dvt_hpo.command_template import render
+from dvt_hpo.context import raise_if_stopped
 from dvt_hpo.control_server import short_socket_dir
 from dvt_hpo.exceptions import CommandFailed, TrialPruned
 from dvt_hpo.paths import get_path
@@ -97,6 +98,8 @@ def run(config: Mapping[str, Any], ctx: Context, *, command: CommandPayload) -> 
             err.join(_DRAIN_S)
     if ctx.pruned_step is not None:
         raise TrialPruned(ctx.pruned_step)
+    # The script died of the stop (SIGTERM reaches the whole group): a stop, not a failure.
+    raise_if_stopped()
     if reporter.failure is not None:
         raise CommandFailed(reporter.failure)
     if returncode != 0:

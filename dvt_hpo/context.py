@@ -50,14 +50,14 @@ _stop_received: str | None = None
 
 
 def note_stop(signal_name: str) -> None:
-    """Remember that the trial was told to stop (see :func:`_raise_if_stopped`)."""
+    """Remember that the trial was told to stop (see :func:`raise_if_stopped`)."""
     global _stop_received
     _stop_received = signal_name
 
 
-def _raise_if_stopped() -> None:
-    # The main thread only: a report from another thread (a command trainer's reporter) must
-    # not end that thread; the worker's main thread has the handler's own raise.
+def raise_if_stopped() -> None:
+    """Raise :class:`TrialStopped` when the trial was told to stop (on the main thread only:
+    a report from another thread, a command trainer's reporter, must not end that thread)."""
     if _stop_received is not None and threading.current_thread() is threading.main_thread():
         raise TrialStopped(_stop_received)
 
@@ -211,7 +211,7 @@ class _BaseContext:
         Each step is reported once: a second report of the same step raises ``ValueError``
         (Optuna keeps only the first value of a step, so the second would be silently lost
         to pruning while the objective used it; report all metrics of a step in one call)."""
-        _raise_if_stopped()
+        raise_if_stopped()
         step, clean = _metrics(step, metrics)
         if step in self._reported_steps:
             raise ValueError(
@@ -466,4 +466,5 @@ __all__ = [
     "distributed_env",
     "effective_split",
     "note_stop",
+    "raise_if_stopped",
 ]

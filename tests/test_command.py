@@ -17,8 +17,11 @@ import optuna
 import pytest
 import yaml
 
-from dvt_hpo import process_tree
+from dvt_hpo import command, context, process_tree
 from dvt_hpo.command import exit_reason, split_lines
+from dvt_hpo.context import LocalContext
+from dvt_hpo.exceptions import CommandFailed
+from dvt_hpo.payload import CommandPayload
 from dvt_hpo.spec import COMMAND_ENTRYPOINT
 from tests.conftest import REPO_ROOT, toy_study
 
@@ -385,3 +388,26 @@ def test_the_example_study_runs_shortened(tmp_path: Path) -> None:
         assert sorted(trial.intermediate_values) == [0, 1]
         assert 0.0 < trial.value <= 1.0
         assert trial.user_attrs["last_metrics"]["loss"] > 0
+
+
+@PROCESSES
+def test_a_script_killed_by_the_trials_stop_is_a_stop_not_a_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The worker's TrialStopped was dropped (see dvt_hpo.context.note_stop) while it waited
+    # for the script, which the same SIGTERM ended: the trial was stopped; it did not fail.
+    monkeypatch.setattr(context, "_stop_received", "SIGTERM")
+    script = "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"
+    with pytest.raises(context.TrialStopped):
+        command.run(
+            {},
+            LocalContext(trial_dir=tmp_path),
+            command=CommandPayload(argv=(sys.executable, "-c", script)),
+        )
+    monkeypatch.setattr(context, "_stop_received", None)
+    with pytest.raises(CommandFailed, match="killed by SIGTERM"):
+        command.run(
+            {},
+            LocalContext(trial_dir=tmp_path),
+            command=CommandPayload(argv=(sys.executable, "-c", script)),
+        )
