@@ -27,8 +27,9 @@ trained the architecture its params name, trials pruned of N, failed trials, how
 trained the architecture they sampled (the parameter count equals the one of the U-Net smp
 builds from the sampled kwargs), and how trials started: for dvt-hpo the mean ``startup_s``
 (launch to the entry point's call) and ``ready_s`` (launch to the training's start: imports
-done, the trial's folder entered) of the trials after the first, and the first trial's
-``ready_s`` (it waits for the template's imports, or pays its own).
+done, the trial's folder entered) of the trials after the first ``parallel`` (those start
+together), and the first trial's ``ready_s`` (it waits for the template's imports, or pays
+its own).
 """
 
 from __future__ import annotations
@@ -275,7 +276,7 @@ def run_dvt_hpo(
 
 
 def summarize(
-    wall: float, trials: list[dict[str, Any]], expected: dict[Any, int]
+    wall: float, trials: list[dict[str, Any]], expected: dict[Any, int], parallel: int = 1
 ) -> dict[str, Any]:
     def is_faithful(trial: dict[str, Any]) -> bool:
         return trial["n_params"] == expected[trial["params"]["attention"]]
@@ -293,16 +294,20 @@ def summarize(
         "failed": sum(t["state"] == "FAIL" for t in trials),
         "n": len(trials),
         "faithful": f"{faithful}/{len(trained)}",
-        "starts": starts(trials),
+        "starts": starts(trials, parallel),
     }
 
 
-def starts(trials: list[dict[str, Any]]) -> str:
-    """How the trials started (run_optuna's run in its one process)."""
+def starts(trials: list[dict[str, Any]], parallel: int = 1) -> str:
+    """How the trials started (run_optuna's run in its one process). The first ``parallel``
+    trials start together and wait for the template's imports (or pay their own): the means
+    are over the trials after them."""
     if not trials or "ready_s" not in trials[0]:
         return "in-process"
     kind = "warm" if all(t["warm"] for t in trials) else "cold"
-    later = [t for t in trials[1:] if t["ready_s"] is not None and t["startup_s"] is not None]
+    later = [
+        t for t in trials[parallel:] if t["ready_s"] is not None and t["startup_s"] is not None
+    ]
 
     def mean(key: str) -> float:
         return sum(t[key] for t in later) / len(later) if later else float("nan")
@@ -359,7 +364,7 @@ def main() -> int:
                 wall, trials = run_dvt_hpo(
                     folder, config, seed, args.trials, warm=not args.cold, parallel=parallel
                 )
-            row = summarize(wall, trials, expected)
+            row = summarize(wall, trials, expected, max(parallel, 1))
             totals[name].append(row)
             print(
                 f"| {seed} | {name} | {row['wall']:.1f} | {row['best']:.4f} | {row['best_faithful']} "
