@@ -4,11 +4,9 @@ study-file writers."""
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import sys
 import uuid
-import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -135,26 +133,3 @@ def run_study(write_study: Callable[..., Path]) -> Callable[[dict[str, Any]], op
 @pytest.fixture
 def study_dir(tmp_path: Path) -> Iterator[Path]:
     yield tmp_path
-
-
-class _Collected:
-    pass
-
-
-def drop_an_interrupt(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """Deliver SIGINT inside a weakref callback, as a garbage collection can: Python reports
-    the handler's KeyboardInterrupt to sys.unraisablehook and goes on. Returns what the hook
-    got."""
-    dropped: list[Any] = []
-    monkeypatch.setattr(sys, "unraisablehook", dropped.append)
-
-    def callback(_ref: object) -> None:
-        os.kill(os.getpid(), signal.SIGINT)
-        for _ in range(1000):  # the handler runs at the next bytecode boundary, in here
-            pass
-
-    obj = _Collected()
-    ref = weakref.ref(obj, callback)
-    del obj
-    assert ref() is None
-    return dropped

@@ -9,7 +9,7 @@ import signal
 import pytest
 
 from dvt_hpo.stop_signals import StopSignals
-from tests.conftest import drop_an_interrupt
+from tests.entrypoints.dropped import deliver_in_weakref_callback
 
 
 def test_the_first_signal_interrupts_and_later_ones_are_ignored() -> None:
@@ -28,10 +28,10 @@ def test_the_first_signal_interrupts_and_later_ones_are_ignored() -> None:
     assert signal.getsignal(signal.SIGTERM) == previous
 
 
-def test_an_interrupt_dropped_by_python_is_raised_again(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_interrupt_dropped_by_python_is_raised_again() -> None:
     stop = StopSignals().install()
     try:
-        dropped = drop_an_interrupt(monkeypatch)
+        dropped = deliver_in_weakref_callback(signal.SIGINT)
         assert [type(d.exc_value) for d in dropped] == [KeyboardInterrupt]
         assert stop.received == signal.SIGINT
         events: queue.Queue[int] = queue.Queue()

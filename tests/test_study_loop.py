@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -26,7 +27,8 @@ from dvt_hpo.events import (
 from dvt_hpo.process_tree import wait_gone
 from dvt_hpo.spec import load_spec
 from dvt_hpo.study_loop import StudyRunner, StudyStopped
-from tests.conftest import drop_an_interrupt, toy_study
+from tests.conftest import toy_study
+from tests.entrypoints.dropped import deliver_in_weakref_callback
 
 pytestmark = pytest.mark.processes
 
@@ -400,25 +402,24 @@ def test_observers_see_the_study_and_a_broken_one_costs_only_warnings(
 
 
 class DropsAnInterrupt(BaseObserver):
-    """Gets a Ctrl-C that Python drops (see ``drop_an_interrupt``) while a trial starts."""
+    """Gets a Ctrl-C that Python drops while a trial starts."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.monkeypatch = monkeypatch
+    def __init__(self) -> None:
         self.dropped: list[Any] = []
 
     def trial_started(self, event: TrialStarted) -> dict[str, Any] | None:
-        self.dropped = drop_an_interrupt(self.monkeypatch)
+        self.dropped = deliver_in_weakref_callback(signal.SIGINT)
         return None
 
 
 def test_a_ctrl_c_that_python_dropped_still_stops_the_run_and_records_the_trial(
-    write_study: Callable[..., Path], unique_name: str, monkeypatch: pytest.MonkeyPatch
+    write_study: Callable[..., Path], unique_name: str
 ) -> None:
     # What CI once saw: the interrupt raised inside SQLAlchemy's weakref callback was dropped,
     # every later signal was ignored, and the worker ran on until its trial ended.
     doc = toy(unique_name, [{"do": "sleep", "seconds": 20}], study={"n_trials": 1})
     spec = load_spec(write_study(doc))
-    observer = DropsAnInterrupt(monkeypatch)
+    observer = DropsAnInterrupt()
     lines: list[str] = []
     with pytest.raises(KeyboardInterrupt):
         StudyRunner(spec, out=lines.append, observers=[observer]).run()

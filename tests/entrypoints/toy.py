@@ -44,8 +44,9 @@ import signal
 import subprocess
 import sys
 import time
-import weakref
 from typing import Any
+
+from tests.entrypoints.dropped import deliver_in_weakref_callback
 
 _kept: list[bytearray] = []
 
@@ -63,24 +64,9 @@ def _point(value: Any, metric: str) -> dict[str, float]:
     return dict(value) if isinstance(value, dict) else {metric: float(value)}
 
 
-class _Collected:
-    pass
-
-
 def _drop_sigterm() -> None:
-    dropped: list[Any] = []
-    hook, sys.unraisablehook = sys.unraisablehook, dropped.append
-
-    def callback(_ref: object) -> None:
-        os.kill(os.getpid(), signal.SIGTERM)
-        for _ in range(1000):  # the handler runs at the next bytecode boundary, in here
-            pass
-
-    obj = _Collected()
-    ref = weakref.ref(obj, callback)
-    del obj
-    sys.unraisablehook = hook
-    if ref() is not None or [type(d.exc_value).__name__ for d in dropped] != ["TrialStopped"]:
+    dropped = deliver_in_weakref_callback(signal.SIGTERM)
+    if [type(d.exc_value).__name__ for d in dropped] != ["TrialStopped"]:
         raise RuntimeError(f"toy: the SIGTERM was not dropped: {dropped}")
 
 
