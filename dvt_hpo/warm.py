@@ -142,8 +142,15 @@ def _child(
     out_fd: int,
     err_fd: int,
     inherited: Sequence[int],
+    template_pid: int,
 ) -> None:
     """In the forked child: become the trial process, run the worker, never return."""
+    # Die with the template from the first instruction: the worker sets this again, but it
+    # takes the parent it sees then as the one to die with, and a template killed in between
+    # (its owner was) would leave this child running under init.
+    _set_parent_death_signal()
+    if os.getppid() != template_pid:
+        os._exit(1)
     code = 1
     try:
         os.setsid()
@@ -257,9 +264,10 @@ def serve(fd: int, modules: Sequence[str]) -> int:
                     for stream in (sys.stdout, sys.stderr):
                         stream.flush()
                     out_fd, err_fd = fds.pop(0), fds.pop(0)
+                    template_pid = os.getpid()
                     pid = os.fork()
                     if pid == 0:
-                        _child(request, sock, out_fd, err_fd, (wake_r, wake_w, *fds))
+                        _child(request, sock, out_fd, err_fd, (wake_r, wake_w, *fds), template_pid)
                     os.close(out_fd)
                     os.close(err_fd)
                     children[pid] = False
