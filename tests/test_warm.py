@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -208,6 +209,33 @@ time.sleep(300)
                 alive.discard(pid)
         time.sleep(0.05)
     assert not alive, f"left running after kill -9 of their owner: {alive}"
+
+
+def test_a_forked_trial_whose_template_is_already_gone_exits_before_running(
+    tmp_path: Path,
+) -> None:
+    """The race behind the test above: the template dies between its fork and the child's
+    parent-death signal. The child sees another parent and exits (1) before the worker runs
+    (which would exit 2 here: no payload)."""
+
+    def fork_child(template_pid: int) -> int:
+        ours, theirs = socket.socketpair()
+        log = tmp_path / f"child-{template_pid}.log"
+        out_fd = os.open(log, os.O_WRONLY | os.O_CREAT)
+        err_fd = os.dup(out_fd)
+        request = {"cwd": str(tmp_path), "env": {}, "args": []}
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child never returns
+            warm._child(request, theirs, out_fd, err_fd, (), template_pid)
+        for item in (ours, theirs):
+            item.close()
+        os.close(out_fd)
+        os.close(err_fd)
+        _, status = os.waitpid(pid, 0)
+        return os.waitstatus_to_exitcode(status)
+
+    assert fork_child(os.getpid()) == 2  # its template (this process) alive: the worker ran
+    assert fork_child(os.getpid() + 1) == 1  # not its parent: exits at once
 
 
 HOOKED_TRAINER = """
