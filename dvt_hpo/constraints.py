@@ -20,6 +20,7 @@ from typing import Any
 __all__ = [
     "CONSTRAINTS_KEY",
     "constraints_of",
+    "feasible",
     "is_feasible",
     "store_constraints",
     "stored_constraints",
@@ -62,8 +63,13 @@ def violation(system_attrs: Mapping[str, Any]) -> float:
     return sum(max(0.0, v) for v in constraints_of(system_attrs) or ())
 
 
+def feasible(values: Sequence[float]) -> bool:
+    """Optuna's rule: every constraint value ``<= 0`` (none: feasible)."""
+    return all(v <= 0.0 for v in values)
+
+
 def is_feasible(system_attrs: Mapping[str, Any]) -> bool:
-    return all(v <= 0.0 for v in constraints_of(system_attrs) or ())
+    return feasible(constraints_of(system_attrs) or ())
 
 
 def store_constraints(storage: Any, trial_id: int, values: Sequence[float]) -> None:

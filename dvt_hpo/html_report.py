@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dvt_hpo.constraints import constraints_of
+from dvt_hpo.constraints import constraints_of, feasible
 from dvt_hpo.exceptions import DvtHpoError
 from dvt_hpo.front import no_feasible_message, select_best
 from dvt_hpo.spec.objective import describe_objective
@@ -57,12 +57,12 @@ def _trial_table(
     names: list[str] = []
     for t in trials:
         names.extend(n for n in t.params if n not in names)
-    feasible = ["feasible"] if constrained else []
+    feasible_column = ["feasible"] if constrained else []
     head = [
         "trial",
         "state",
         *metrics,
-        *feasible,
+        *feasible_column,
         *names,
         "duration s",
         "batch size",
@@ -97,7 +97,7 @@ def _trial_table(
 def _feasible_cell(values: tuple[float, ...] | None) -> str | None:
     if values is None:
         return None  # failed, or running: nothing to judge
-    return "yes" if all(v <= 0.0 for v in values) else "no"
+    return "yes" if feasible(values) else "no"
 
 
 def _sections(

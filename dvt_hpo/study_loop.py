@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from dvt_hpo import devices, launch, recovery, run_messages, space, stop_rules, trial_config
+from dvt_hpo.constraints import feasible
 from dvt_hpo.events import StudyEnded, StudyObserver, StudyStarted, TrialFinished, TrialStarted
 from dvt_hpo.exceptions import DvtHpoError
 from dvt_hpo.front import Best, select_best
@@ -475,7 +476,7 @@ class StudyRunner:
             user_attrs=dict(outcome.user_attrs),
             values=outcome.values,
             feasible=(
-                all(v <= 0.0 for v in outcome.constraints)
+                feasible(outcome.constraints)
                 if outcome.constraints and outcome.state == "COMPLETE"
                 else None
             ),

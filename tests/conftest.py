@@ -112,22 +112,29 @@ def write_study(tmp_path: Path) -> Callable[..., Path]:
 def run_study(write_study: Callable[..., Path]) -> Callable[[dict[str, Any]], optuna.Study]:
     """Run a study dict through the real runner; its study (also when every trial failed)."""
     from dvt_hpo.spec import load_spec
-    from dvt_hpo.study_loop import StudyRunner, StudyStopped
 
     def run(doc: dict[str, Any]) -> optuna.Study:
-        spec = load_spec(write_study(doc))
         lines: list[str] = []
-        runner = StudyRunner(spec, out=lines.append)
         try:
-            return runner.run()
-        except StudyStopped as exc:
-            # A run whose trials all failed exits 1; these tests read the failed trials.
-            assert str(exc).startswith("no trial of this run succeeded"), exc
-            return runner.study
+            return run_keeping_failures(load_spec(write_study(doc)), lines)
         finally:
             print("\n".join(lines))  # shown by pytest when the test fails
 
     return run
+
+
+def run_keeping_failures(spec: Any, lines: list[str]) -> optuna.Study:
+    """Run ``spec`` through the real runner (its lines into ``lines``); its study, also when
+    every trial failed (the run then ends with exit 1's StudyStopped: these tests read the
+    failed trials)."""
+    from dvt_hpo.study_loop import StudyRunner, StudyStopped
+
+    runner = StudyRunner(spec, out=lines.append)
+    try:
+        return runner.run()
+    except StudyStopped as exc:
+        assert str(exc).startswith("no trial of this run succeeded"), exc
+        return runner.study
 
 
 @pytest.fixture

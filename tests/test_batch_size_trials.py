@@ -33,8 +33,7 @@ from dvt_hpo import control_server
 from dvt_hpo.cli import main as cli_main
 from dvt_hpo.protocol import CacheGet, Message
 from dvt_hpo.spec import load_spec
-from dvt_hpo.study_loop import StudyRunner, StudyStopped
-from tests.conftest import toy_study
+from tests.conftest import run_keeping_failures, toy_study
 
 pytestmark = pytest.mark.processes
 
@@ -107,14 +106,7 @@ def run_study(
         )
         for params in enqueue:
             study.enqueue_trial(params)
-    out = lines if lines is not None else []
-    runner = StudyRunner(spec, out=out.append)
-    try:
-        return runner.run()
-    except StudyStopped as exc:
-        # A run whose trials all failed exits 1; these tests read the failed trials.
-        assert str(exc).startswith("no trial of this run succeeded"), exc
-        return runner.study
+    return run_keeping_failures(spec, lines if lines is not None else [])
 
 
 def by_number(study: optuna.Study) -> dict[int, optuna.trial.FrozenTrial]:
