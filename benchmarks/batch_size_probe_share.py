@@ -45,7 +45,7 @@ HEADROOM_BYTES = 300 * MiB
 def import_vm_peak_bytes() -> int:
     """Address space (what RLIMIT_AS counts) a process maps by importing torch and the trainer."""
     code = (
-        "import torch, dvt_hpo.train.trainer, dvt_hpo.worker\n"
+        "import torch, dvt_hpo.train.trainer, dvt_hpo.trial.main\n"
         "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmPeak')][0])"
     )
     done = subprocess.run(
@@ -125,8 +125,8 @@ def synthetic_study(limit_bytes: int) -> tuple[dict[str, Any], list[dict[str, An
 def run(folder: Path, doc: dict[str, Any], enqueue: list[dict[str, Any]]) -> list[Any]:
     import optuna
 
-    from dvt_hpo.spec import load_spec
-    from dvt_hpo.study_loop import StudyRunner
+    from dvt_hpo.study.loop import StudyRunner
+    from dvt_hpo.studyfile import load_spec
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     path = folder / f"{doc['study']['name']}.yaml"

@@ -34,10 +34,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 try:
-    from dvt_hpo.batch_size import Probe, find_batch_size, is_out_of_memory
+    from dvt_hpo.batch.search import Probe, find_batch_size, is_out_of_memory
 except ImportError:  # run from a checkout without installing the package
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from dvt_hpo.batch_size import Probe, find_batch_size, is_out_of_memory
+    from dvt_hpo.batch.search import Probe, find_batch_size, is_out_of_memory
 
 HIGH = 8192  # the cap every search gets (Lightning's default max_val)
 TOLERANCE = 0.02

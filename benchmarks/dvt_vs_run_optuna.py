@@ -114,7 +114,7 @@ def child_run_optuna(args: dict[str, Any]) -> None:
         build_loaders,
         load_config,
     )
-    from dvt_hpo.schema import from_mapping, to_plain
+    from dvt_hpo.config.schema import from_mapping, to_plain
 
     config = to_plain(from_mapping(BackendConfig, args["config"]))
     spec = from_mapping(BackendConfig, config)

@@ -6,8 +6,8 @@ trial's processes are gone.
     python benchmarks/pruning_latency.py --postgres postgresql://user@host/db
     python benchmarks/pruning_latency.py --no-postgres
 
-A study runs through :class:`dvt_hpo.study_loop.StudyRunner` (the same code as ``dvt-hpo run``),
-one ``python -m dvt_hpo.worker`` process per trial, on ``benchmarks/latency_entrypoint.py``:
+A study runs through :class:`dvt_hpo.study.loop.StudyRunner` (the same code as ``dvt-hpo run``),
+one ``python -m dvt_hpo.trial`` process per trial, on ``benchmarks/latency_entrypoint.py``:
 each trial reports ``--steps`` values of a curve that rises with its sampled ``x``, and a median
 pruner prunes the weaker ones. Measured:
 
@@ -48,10 +48,12 @@ except ImportError:  # run from a checkout without installing the package
 
 import yaml  # noqa: E402
 
-from dvt_hpo import process_tree, study_loop, trial_run  # noqa: E402
-from dvt_hpo.protocol import Hello  # noqa: E402
-from dvt_hpo.spec import load_spec  # noqa: E402
-from dvt_hpo.storage import redact_url, unreachable_reason  # noqa: E402
+from dvt_hpo import trial_run  # noqa: E402
+from dvt_hpo.process import tree as process_tree  # noqa: E402
+from dvt_hpo.store.storage import redact_url, unreachable_reason  # noqa: E402
+from dvt_hpo.study import loop as study_loop  # noqa: E402
+from dvt_hpo.studyfile import load_spec  # noqa: E402
+from dvt_hpo.wire.protocol import Hello  # noqa: E402
 
 DEFAULT_POSTGRES = os.environ.get(
     "DVT_HPO_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"

@@ -28,9 +28,9 @@ from optuna.trial import TrialState, create_trial
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from dvt_hpo.spec import load_spec  # noqa: E402
-from dvt_hpo.status import read_status  # noqa: E402
-from dvt_hpo.study_reader import open_existing_storage, open_existing_study  # noqa: E402
+from dvt_hpo.store.reader import open_existing_storage, open_existing_study  # noqa: E402
+from dvt_hpo.studyfile import load_spec  # noqa: E402
+from dvt_hpo.views.status import read_status  # noqa: E402
 
 DISTS = {
     "lr": FloatDistribution(1e-4, 1e-1, log=True),

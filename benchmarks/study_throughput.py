@@ -10,7 +10,7 @@ For each storage (SQLite file, journal file, PostgreSQL when reachable) and each
 
 - **ours**: that many ``python -m dvt_hpo run study.yaml`` processes at once (parallel 1 each),
   on ``benchmarks/noop_entrypoint.py`` (a trainer that returns at once): every trial is a real
-  ``python -m dvt_hpo.worker`` process, so this is the orchestration cost per trial;
+  ``python -m dvt_hpo.trial`` process, so this is the orchestration cost per trial;
 - **optuna**: that many processes running plain ``study.optimize`` with a trivial objective
   (same opener, so the same SQLite settings), i.e. Optuna's own cost per trial.
 
@@ -43,14 +43,14 @@ except ImportError:  # run from a checkout without installing the package
 
 import yaml  # noqa: E402
 
-from dvt_hpo.storage import open_existing, redact_url, unreachable_reason  # noqa: E402
+from dvt_hpo.store.storage import open_existing, redact_url, unreachable_reason  # noqa: E402
 
 DEFAULT_POSTGRES = os.environ.get(
     "DVT_HPO_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
 )
 PLAIN_OPTUNA = """
 import sys, optuna
-from dvt_hpo.storage import create_or_load_study
+from dvt_hpo.store.storage import create_or_load_study
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 url, name, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 study = create_or_load_study(url, name, ["maximize"])

@@ -1,6 +1,6 @@
 """Warm against cold trial starts, in one run: start-to-start time per trial.
 
-Three studies, each run cold (``trials.warm: false``: a fresh ``python -m dvt_hpo.worker`` per
+Three studies, each run cold (``trials.warm: false``: a fresh ``python -m dvt_hpo.trial`` per
 trial) and warm (forked from the template that imported everything once), parallel 1, SQLite:
 
 (a) a torch-free no-op trainer (one report);

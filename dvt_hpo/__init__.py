@@ -12,13 +12,13 @@ from dvt_hpo.exceptions import BatchSizeError, DvtHpoError, SpecError, TrialPrun
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from dvt_hpo.context import TrialContext
-    from dvt_hpo.study_loop import run_study
+    from dvt_hpo.study.loop import run_study
+    from dvt_hpo.trial.context import TrialContext
 
 _LAZY = {
-    "run_study": ("dvt_hpo.study_loop", "run_study"),
-    "TrialContext": ("dvt_hpo.context", "TrialContext"),
-    "load_spec": ("dvt_hpo.spec", "load_spec"),
+    "run_study": ("dvt_hpo.study.loop", "run_study"),
+    "TrialContext": ("dvt_hpo.trial.context", "TrialContext"),
+    "load_spec": ("dvt_hpo.studyfile", "load_spec"),
 }
 
 

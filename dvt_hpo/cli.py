@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from dvt_hpo.exceptions import DvtHpoError, SpecError
 
 if TYPE_CHECKING:
-    from dvt_hpo.spec import StudySpec
+    from dvt_hpo.studyfile import StudySpec
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -155,15 +155,15 @@ _positive_int = _int_at_least(1, "an integer >= 1")
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from dvt_hpo.compat import check_stored_study
-    from dvt_hpo.spec import load_spec
-    from dvt_hpo.study_loop import StudyRunner
+    from dvt_hpo.store.compat import check_stored_study
+    from dvt_hpo.study.loop import StudyRunner
+    from dvt_hpo.studyfile import load_spec
 
     spec = load_spec(args.study, args.overrides, check_runnable=True)
     # Before the storage is opened for writing: a refused run writes nothing.
     check_stored_study(spec, allow_space_change=args.allow_space_change)
     if args.workers > 1:
-        from dvt_hpo.workers import run_workers
+        from dvt_hpo.study.workers import run_workers
 
         return run_workers(
             spec,
@@ -179,9 +179,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from dvt_hpo.spec import load_spec
-    from dvt_hpo.spec.objective import describe_objective
-    from dvt_hpo.spec.runnable import find_entrypoint
+    from dvt_hpo.study.preflight import find_entrypoint
+    from dvt_hpo.studyfile import load_spec
+    from dvt_hpo.studyfile.objective import describe_objective
 
     spec = load_spec(args.study, args.overrides, check_runnable=True)
     stored = _stored_comparison(spec, args.allow_space_change)
@@ -206,7 +206,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 def _stored_comparison(spec: StudySpec, allow_space_change: bool) -> str:
     """What ``validate`` says of the stored study (printing the accepted changes and notes)."""
-    from dvt_hpo.compat import check_stored_study
+    from dvt_hpo.store.compat import check_stored_study
 
     stored, comparison = check_stored_study(spec, allow_space_change=allow_space_change)
     if stored is None or comparison is None:
@@ -225,10 +225,10 @@ def _cmd_best(args: argparse.Namespace) -> int:
     import yaml
 
     from dvt_hpo.atomic import write_text_atomic
-    from dvt_hpo.best import best_config, show_best
-    from dvt_hpo.spec import load_spec
-    from dvt_hpo.storage import study_storage
-    from dvt_hpo.study_reader import open_existing_study
+    from dvt_hpo.store.reader import open_existing_study
+    from dvt_hpo.store.storage import study_storage
+    from dvt_hpo.studyfile import load_spec
+    from dvt_hpo.views.best import best_config, show_best
 
     if args.export is not None:
         _check_export_path(args.export)
@@ -283,16 +283,16 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from dvt_hpo.spec import load_spec
-    from dvt_hpo.status import show_status
+    from dvt_hpo.studyfile import load_spec
+    from dvt_hpo.views.status import show_status
 
     print(show_status(load_spec(args.study, args.overrides), as_json=args.json))
     return EXIT_OK
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from dvt_hpo.html_report import write_report
-    from dvt_hpo.spec import load_spec
+    from dvt_hpo.studyfile import load_spec
+    from dvt_hpo.views.html_report import write_report
 
     write_report(load_spec(args.study, args.overrides), args.output)
     print(f"wrote {args.output}")
@@ -300,8 +300,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_dashboard(args: argparse.Namespace) -> int:
-    from dvt_hpo.dashboard import serve
-    from dvt_hpo.spec import load_spec
+    from dvt_hpo.studyfile import load_spec
+    from dvt_hpo.views.dashboard import serve
 
     serve(load_spec(args.study, args.overrides), host=args.host, port=args.port)
     return EXIT_OK
@@ -340,7 +340,7 @@ def _one_line(exc: BaseException) -> str:
     """A runtime error as one line: whitespace folded, URLs' passwords redacted, bounded."""
     import re
 
-    from dvt_hpo.storage import redact_url
+    from dvt_hpo.store.storage import redact_url
 
     text = str(exc)
     # A DataLoader worker's error is re-raised as its own type around the worker's whole

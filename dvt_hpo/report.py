@@ -38,7 +38,7 @@ __all__ = ["ENV_REPORT", "PRUNED_EXIT_CODE", "report"]
 # The trial's worker sets this to its report socket's path; absent outside a study.
 ENV_REPORT = "DVT_HPO_REPORT"
 # The exit status of a script that ``report`` ended because the study pruned the trial. The
-# same number is the worker's own exit status for a pruned trial (dvt_hpo.protocol.EXIT_PRUNED).
+# same number is the worker's own exit status for a pruned trial (dvt_hpo.wire.protocol.EXIT_PRUNED).
 PRUNED_EXIT_CODE = 3
 
 _lock = threading.Lock()

@@ -41,7 +41,7 @@ def python() -> str:
 @pytest.fixture(scope="session")
 def postgres_url() -> str:
     """URL of the real PostgreSQL server; skips (or fails under DVT_HPO_REQUIRE_POSTGRES=1)."""
-    from dvt_hpo.storage import unreachable_reason
+    from dvt_hpo.store.storage import unreachable_reason
 
     why = unreachable_reason(POSTGRES_URL)
     if why is not None:
@@ -111,7 +111,7 @@ def write_study(tmp_path: Path) -> Callable[..., Path]:
 @pytest.fixture
 def run_study(write_study: Callable[..., Path]) -> Callable[[dict[str, Any]], optuna.Study]:
     """Run a study dict through the real runner; its study (also when every trial failed)."""
-    from dvt_hpo.spec import load_spec
+    from dvt_hpo.studyfile import load_spec
 
     def run(doc: dict[str, Any]) -> optuna.Study:
         lines: list[str] = []
@@ -127,7 +127,7 @@ def run_keeping_failures(spec: Any, lines: list[str]) -> optuna.Study:
     """Run ``spec`` through the real runner (its lines into ``lines``); its study, also when
     every trial failed (the run then ends with exit 1's StudyStopped: these tests read the
     failed trials)."""
-    from dvt_hpo.study_loop import StudyRunner, StudyStopped
+    from dvt_hpo.study.loop import StudyRunner, StudyStopped
 
     runner = StudyRunner(spec, out=lines.append)
     try:

@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import sys
 
-from dvt_hpo.events import StudyEnded, StudyStarted, TrialFinished, TrialReported, TrialStarted
-from dvt_hpo.progress import ProgressObserver
+from dvt_hpo.study.events import (
+    StudyEnded,
+    StudyStarted,
+    TrialFinished,
+    TrialReported,
+    TrialStarted,
+)
+from dvt_hpo.views.progress import ProgressObserver
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import optuna
 import yaml
 
-from dvt_hpo.spec import StudySpec, load_spec
+from dvt_hpo.studyfile import StudySpec, load_spec
 from tests.conftest import toy_study
 
 SPACE = [

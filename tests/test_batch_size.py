@@ -1,4 +1,4 @@
-"""dvt_hpo.batch_size: the out-of-memory table, and the search against synthetic ``fits``."""
+"""dvt_hpo.batch.search: the out-of-memory table, and the search against synthetic ``fits``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from dvt_hpo.batch_size import (
+from dvt_hpo.batch.search import (
     OOM_MESSAGE_PATTERNS,
     Probe,
     ProbeRecord,
@@ -231,7 +231,7 @@ def test_broken_str_does_not_crash() -> None:
 def test_no_torch_import() -> None:
     code = (
         "import sys\n"
-        "from dvt_hpo.batch_size import find_batch_size, is_out_of_memory\n"
+        "from dvt_hpo.batch.search import find_batch_size, is_out_of_memory\n"
         "is_out_of_memory(RuntimeError('CUDA out of memory'))\n"
         "find_batch_size(lambda n: n <= 100)\n"
         "assert 'torch' not in sys.modules and 'numpy' not in sys.modules\n"
@@ -509,7 +509,7 @@ def test_low_that_does_not_fit_raises_batch_size_error() -> None:
 def test_bad_return_value_is_a_type_error() -> None:
     with pytest.raises(
         TypeError,
-        match=r"fits\(1\) returned None \(NoneType\); it must return a bool or a dvt_hpo.batch_size.Probe",
+        match=r"fits\(1\) returned None \(NoneType\); it must return a bool or a dvt_hpo.batch.search.Probe",
     ):
         find_batch_size(lambda size: None)  # type: ignore[arg-type,return-value]
 

@@ -29,10 +29,10 @@ import optuna
 import pytest
 import yaml
 
-from dvt_hpo import control_server
 from dvt_hpo.cli import main as cli_main
-from dvt_hpo.protocol import CacheGet, Message
-from dvt_hpo.spec import load_spec
+from dvt_hpo.studyfile import load_spec
+from dvt_hpo.wire import control_server
+from dvt_hpo.wire.protocol import CacheGet, Message
 from tests.conftest import run_keeping_failures, toy_study
 
 pytestmark = pytest.mark.processes
@@ -215,7 +215,7 @@ def test_the_trial_trains_with_the_batch_size_it_found(digits: Ran) -> None:
 
 _REPLAY = """
 import json, os, sys
-from dvt_hpo.context import LocalContext
+from dvt_hpo.trial.context import LocalContext
 from dvt_hpo.train import run
 
 config, sizes = json.loads(sys.argv[1]), json.loads(sys.argv[2])
@@ -325,7 +325,7 @@ def torch_vm_peak() -> int:
     """Bytes of address space a process maps by importing torch and the trainer (what
     RLIMIT_AS counts), measured on this machine: limits are set relative to it."""
     code = (
-        "import torch, dvt_hpo.train.trainer, dvt_hpo.worker\n"
+        "import torch, dvt_hpo.train.trainer, dvt_hpo.trial.main\n"
         "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmPeak')][0])"
     )
     done = subprocess.run(

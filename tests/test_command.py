@@ -17,12 +17,14 @@ import optuna
 import pytest
 import yaml
 
-from dvt_hpo import command, context, process_tree
-from dvt_hpo.command import exit_reason, split_lines
-from dvt_hpo.context import LocalContext
+from dvt_hpo.command import trainer as command
+from dvt_hpo.command.trainer import exit_reason, split_lines
 from dvt_hpo.exceptions import CommandFailed
-from dvt_hpo.payload import CommandPayload
-from dvt_hpo.spec import COMMAND_ENTRYPOINT
+from dvt_hpo.process import tree as process_tree
+from dvt_hpo.studyfile import COMMAND_ENTRYPOINT
+from dvt_hpo.trial import context
+from dvt_hpo.trial.context import LocalContext
+from dvt_hpo.wire.payload import CommandPayload
 from tests.conftest import REPO_ROOT, toy_study
 
 PROCESSES = pytest.mark.processes
@@ -119,7 +121,7 @@ def test_a_printing_script_completes_through_metrics_pattern(
     env = {k: v for k, v in os.environ.items() if not k.startswith("DVT_HPO")}
     payload = trial_dir(tmp_path, unique_name, 0) / "payload.json"
     rerun = subprocess.run(
-        [sys.executable, "-m", "dvt_hpo.worker", str(payload)],
+        [sys.executable, "-m", "dvt_hpo.trial", str(payload)],
         env=env,
         capture_output=True,
         text=True,
@@ -394,7 +396,7 @@ def test_the_example_study_runs_shortened(tmp_path: Path) -> None:
 def test_a_script_killed_by_the_trials_stop_is_a_stop_not_a_failure(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The worker's TrialStopped was dropped (see dvt_hpo.context.note_stop) while it waited
+    # The worker's TrialStopped was dropped (see dvt_hpo.trial.context.note_stop) while it waited
     # for the script, which the same SIGTERM ended: the trial was stopped; it did not fail.
     monkeypatch.setattr(context, "_stop_received", "SIGTERM")
     script = "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"

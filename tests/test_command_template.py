@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from dvt_hpo.command_template import TemplateError, placeholders, render, render_value
+from dvt_hpo.command.template import TemplateError, placeholders, render, render_value
 
 
 @pytest.mark.parametrize(

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
-from dvt_hpo.compat import ATTR_PREFIX, compare, refusal_error, settings_attrs, system_attrs
-from dvt_hpo.spec import StudySpec, load_spec
-from dvt_hpo.stored_study import StoredStudy
+from dvt_hpo.store.compat import ATTR_PREFIX, compare, refusal_error, settings_attrs, system_attrs
+from dvt_hpo.store.stored_study import StoredStudy
+from dvt_hpo.studyfile import StudySpec, load_spec
 from tests.conftest import toy_study
 
 WHERE = "sqlite:///x.db"

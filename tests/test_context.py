@@ -10,18 +10,18 @@ from typing import Any
 
 import pytest
 
-from dvt_hpo.batch_size import Probe
-from dvt_hpo.context import (
+from dvt_hpo.batch.search import Probe
+from dvt_hpo.exceptions import BatchSizeError, TrialPruned
+from dvt_hpo.studyfile import BatchSizeSpec
+from dvt_hpo.trial.context import (
     LocalContext,
     TrialContext,
     cache_entry_key,
     distributed_env,
     effective_split,
 )
-from dvt_hpo.control_client import ControlClient
-from dvt_hpo.control_server import ControlServer
-from dvt_hpo.exceptions import BatchSizeError, TrialPruned
-from dvt_hpo.spec import BatchSizeSpec
+from dvt_hpo.wire.control_client import ControlClient
+from dvt_hpo.wire.control_server import ControlServer
 from tests.entrypoints.recording import RecordingHandler
 
 SETTINGS = BatchSizeSpec(auto=True, min=1, max=256, tolerance=0.0)

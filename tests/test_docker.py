@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from dvt_hpo.spec import load_spec
-from dvt_hpo.storage import expand_env
+from dvt_hpo.store.storage import expand_env
+from dvt_hpo.studyfile import load_spec
 
 if sys.version_info >= (3, 11):
     import tomllib

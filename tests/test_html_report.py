@@ -10,8 +10,8 @@ import optuna
 import pytest
 
 from dvt_hpo.cli import EXIT_FAILURE, EXIT_OK, main
-from dvt_hpo.html_report import render_report
-from dvt_hpo.study_reader import open_existing_study
+from dvt_hpo.store.reader import open_existing_study
+from dvt_hpo.views.html_report import render_report
 from tests.browser import ARTIFACTS, dump_dom, screenshot
 from tests.conftest import toy_study
 from tests.made_study import make_study

@@ -1,4 +1,4 @@
-"""The one rule for where an entry point's module is found (dvt_hpo.import_path)."""
+"""The one rule for where an entry point's module is found (dvt_hpo.process.import_path)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dvt_hpo import import_path
+from dvt_hpo.process import import_path
 
 
 def _module(folder: Path, name: str) -> Path:

@@ -1,4 +1,4 @@
-"""The trial command line, environment and log tails (dvt_hpo.launch)."""
+"""The trial command line, environment and log tails (dvt_hpo.process.launch)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from dvt_hpo.devices import Slot
-from dvt_hpo.launch import build_command, free_port, tail_lines, trial_env
+from dvt_hpo.process.devices import Slot
+from dvt_hpo.process.launch import build_command, free_port, tail_lines, trial_env
 from tests.conftest import REPO_ROOT, toy_study
 
 # -- command lines -----------------------------------------------------------------------
@@ -19,7 +19,7 @@ from tests.conftest import REPO_ROOT, toy_study
 
 def test_build_command_process() -> None:
     argv = build_command("process", Path("/t/payload.json"), python="/py")
-    assert argv == ["/py", "-m", "dvt_hpo.worker", "/t/payload.json"]
+    assert argv == ["/py", "-m", "dvt_hpo.trial", "/t/payload.json"]
     with pytest.raises(ValueError, match="needs launcher 'torchrun'"):
         build_command("process", "p.json", nproc_per_node=2)
     with pytest.raises(ValueError, match="launcher must be"):
@@ -31,7 +31,7 @@ def test_build_command_torchrun_standalone_and_fixed_port() -> None:
     assert standalone[:3] == ["/py", "-m", "torch.distributed.run"]
     assert "--standalone" in standalone
     assert "--nproc-per-node=4" in standalone and "--max-restarts=0" in standalone
-    assert standalone[-3:] == ["-m", "dvt_hpo.worker", "p.json"]
+    assert standalone[-3:] == ["-m", "dvt_hpo.trial", "p.json"]
     fixed = build_command("torchrun", "p.json", nproc_per_node=2, rdzv_port=29555)
     assert "--standalone" not in fixed
     assert "--rdzv-backend=c10d" in fixed and "--rdzv-endpoint=127.0.0.1:29555" in fixed
@@ -88,9 +88,9 @@ def test_trial_env() -> None:
 def test_the_process_boundary_never_imports_torch() -> None:
     code = (
         "import sys\n"
-        "import dvt_hpo.context, dvt_hpo.launch, dvt_hpo.protocol, dvt_hpo.worker\n"
-        "import dvt_hpo.control_client, dvt_hpo.payload, dvt_hpo.devices\n"
-        "dvt_hpo.devices.split_devices('auto', 1)\n"
+        "import dvt_hpo.trial.context, dvt_hpo.process.launch, dvt_hpo.wire.protocol, dvt_hpo.trial.main\n"
+        "import dvt_hpo.wire.control_client, dvt_hpo.wire.payload, dvt_hpo.process.devices\n"
+        "dvt_hpo.process.devices.split_devices('auto', 1)\n"
         "assert 'torch' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
@@ -99,14 +99,14 @@ def test_the_process_boundary_never_imports_torch() -> None:
 @pytest.mark.processes
 @pytest.mark.xfail(
     not (REPO_ROOT / "dvt_hpo" / "spec").is_dir(),
-    reason="dvt_hpo.spec is still the one-module loader that imports optuna; the spec package "
-    "(dvt_hpo.spec.model, stdlib only) makes the trial process optuna-free",
+    reason="dvt_hpo.studyfile is still the one-module loader that imports optuna; the spec package "
+    "(dvt_hpo.studyfile.model, stdlib only) makes the trial process optuna-free",
     strict=True,
 )
 def test_the_trial_process_never_imports_optuna_or_numpy() -> None:
     code = (
         "import sys\n"
-        "import dvt_hpo.worker, dvt_hpo.payload\n"
+        "import dvt_hpo.trial.main, dvt_hpo.wire.payload\n"
         "heavy = sorted(m for m in ('optuna', 'numpy') if m in sys.modules)\n"
         "assert not heavy, heavy\n"
     )
@@ -134,8 +134,8 @@ def run(config, ctx):
 def _run(study: Path) -> tuple[list[Any], list[str]]:
     import optuna
 
-    from dvt_hpo.spec import load_spec
-    from dvt_hpo.study_loop import StudyRunner, StudyStopped
+    from dvt_hpo.study.loop import StudyRunner, StudyStopped
+    from dvt_hpo.studyfile import load_spec
 
     lines: list[str] = []
     runner = StudyRunner(load_spec(study), out=lines.append)
@@ -217,7 +217,7 @@ def test_keep_logs_removes_the_folders_of_finished_trials(
     study = write_study(doc)
     import optuna
 
-    from dvt_hpo.spec import load_spec
+    from dvt_hpo.studyfile import load_spec
 
     spec = load_spec(study)
     created = optuna.create_study(

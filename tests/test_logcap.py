@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from dvt_hpo.logcap import CappedLog, open_pumped
+from dvt_hpo.process.logcap import CappedLog, open_pumped
 
 
 def test_small_output_is_kept_whole(tmp_path):

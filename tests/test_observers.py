@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from dvt_hpo.events import BaseObserver, TrialStarted
-from dvt_hpo.observers import Observers, study_observers
-from dvt_hpo.progress import ProgressObserver
-from dvt_hpo.spec import load_spec
+from dvt_hpo.study.events import BaseObserver, TrialStarted
+from dvt_hpo.study.observers import Observers, study_observers
+from dvt_hpo.studyfile import load_spec
+from dvt_hpo.views.progress import ProgressObserver
 from tests.conftest import toy_study
 
 

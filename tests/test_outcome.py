@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from dvt_hpo.outcome import Flags, Limits, Objective, Outcome, classify, reduce_history
-from dvt_hpo.spec.model import ConstraintSpec
+from dvt_hpo.study.outcome import Flags, Limits, Objective, Outcome, classify, reduce_history
+from dvt_hpo.studyfile.model import ConstraintSpec
 
 OBJ = Objective("score", "maximize", "best")
 LIMITS = Limits(timeout_s=60, memory_limit=1 << 30)

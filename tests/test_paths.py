@@ -1,4 +1,4 @@
-"""Dotted paths: parse, format, get and set, with list indexes (dvt_hpo.paths)."""
+"""Dotted paths: parse, format, get and set, with list indexes (dvt_hpo.config.paths)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from dvt_hpo import paths
+from dvt_hpo.config import paths
 
 
 @dataclass

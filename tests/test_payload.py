@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from dvt_hpo.payload import CommandPayload, PayloadError, TrialLimits, TrialPayload
-from dvt_hpo.protocol import PROTOCOL_VERSION
-from dvt_hpo.spec import BatchSizeSpec
+from dvt_hpo.studyfile import BatchSizeSpec
+from dvt_hpo.wire.payload import CommandPayload, PayloadError, TrialLimits, TrialPayload
+from dvt_hpo.wire.protocol import PROTOCOL_VERSION
 
 FULL = TrialPayload(
     entrypoint="pkg.mod:run",

@@ -1,4 +1,4 @@
-"""A trial's process tree (dvt_hpo.process_tree): exits described, groups stopped, nothing left."""
+"""A trial's process tree (dvt_hpo.process.tree): exits described, groups stopped, nothing left."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from dvt_hpo.process_tree import TrialProcess, describe_exit, group_members, pid_alive
+from dvt_hpo.process.tree import TrialProcess, describe_exit, group_members, pid_alive
 
 # -- exits and logs ------------------------------------------------------------------------
 

@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-from dvt_hpo.events import StudyStarted, TrialFinished, TrialReported, TrialStarted
-from dvt_hpo.progress import ProgressObserver
-from dvt_hpo.run_messages import trial_line
+from dvt_hpo.study.events import StudyStarted, TrialFinished, TrialReported, TrialStarted
+from dvt_hpo.study.messages import trial_line
+from dvt_hpo.views.progress import ProgressObserver
 from tests.conftest import REPO_ROOT
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from dvt_hpo.control_client import ControlClient
-from dvt_hpo.control_server import ControlServer
-from dvt_hpo.protocol import (
+from dvt_hpo.wire.control_client import ControlClient
+from dvt_hpo.wire.control_server import ControlServer
+from dvt_hpo.wire.protocol import (
     PROTOCOL_VERSION,
     Attrs,
     CacheGet,

@@ -22,8 +22,9 @@ from typing import Any
 import optuna
 import pytest
 
-from dvt_hpo import process_tree, recovery
-from dvt_hpo.spec import load_spec
+from dvt_hpo.process import tree as process_tree
+from dvt_hpo.study import recovery
+from dvt_hpo.studyfile import load_spec
 from tests.conftest import REPO_ROOT, TOY_ENTRYPOINT, toy_study
 
 # Every wait on the orchestrator or a trial is bounded by this (a hang fails, never blocks).
@@ -384,11 +385,11 @@ def test_one_retry_per_failed_attempt_when_two_workers_fail_it(tmp_path: Path) -
 def test_an_interrupted_trial_already_failed_as_stale_is_not_enqueued_twice(
     tmp_path: Path, write_study: Callable[..., Path], unique_name: str
 ) -> None:
-    from dvt_hpo.devices import Slot
-    from dvt_hpo.outcome import Outcome
-    from dvt_hpo.storage import retry_callback
-    from dvt_hpo.study_loop import StudyRunner
-    from dvt_hpo.trial_run import TrialRun
+    from dvt_hpo.process.devices import Slot
+    from dvt_hpo.store.storage import retry_callback
+    from dvt_hpo.study.loop import StudyRunner
+    from dvt_hpo.study.outcome import Outcome
+    from dvt_hpo.study.trial_run import TrialRun
 
     spec = load_spec(write_study(toy_study(unique_name, trials={"max_retries": 2})))
     runner = StudyRunner(spec, out=lambda line: None)

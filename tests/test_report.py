@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import dvt_hpo.report
-from dvt_hpo.protocol import EXIT_PRUNED
 from dvt_hpo.report import ENV_REPORT, PRUNED_EXIT_CODE, report
+from dvt_hpo.wire.protocol import EXIT_PRUNED
 
 
 def test_outside_a_study_it_prints_one_line(

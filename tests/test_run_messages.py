@@ -9,10 +9,10 @@ from typing import Any
 import optuna
 from optuna.distributions import FloatDistribution
 
-from dvt_hpo.constraints import CONSTRAINTS_KEY
-from dvt_hpo.events import TrialFinished
-from dvt_hpo.front import select_best
-from dvt_hpo.run_messages import (
+from dvt_hpo.study.constraints import CONSTRAINTS_KEY
+from dvt_hpo.study.events import TrialFinished
+from dvt_hpo.study.front import select_best
+from dvt_hpo.study.messages import (
     dashboard_hint,
     objective_text,
     retry_hint,
@@ -20,7 +20,7 @@ from dvt_hpo.run_messages import (
     trial_line,
     waiting_line,
 )
-from dvt_hpo.spec.model import ConstraintSpec, MetricSpec, ObjectiveSpec
+from dvt_hpo.studyfile.model import ConstraintSpec, MetricSpec, ObjectiveSpec
 
 
 def test_the_objective_shows_its_direction() -> None:

@@ -1,4 +1,4 @@
-"""The one schema engine (dvt_hpo.schema): strict conversion, rules, paths, type checks."""
+"""The one schema engine (dvt_hpo.config.schema): strict conversion, rules, paths, type checks."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ from typing import Any, Literal
 
 import pytest
 
-from dvt_hpo.exceptions import SpecError
-from dvt_hpo.schema import (
+from dvt_hpo.config.schema import (
     defaults,
     domain,
     field_type_at,
@@ -17,6 +16,7 @@ from dvt_hpo.schema import (
     rule,
     value_fits_type,
 )
+from dvt_hpo.exceptions import SpecError
 from dvt_hpo.train.config import TrainerConfig
 
 

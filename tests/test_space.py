@@ -5,8 +5,9 @@ import json
 import optuna
 import pytest
 
-from dvt_hpo import paths, space
-from dvt_hpo.spec import Condition, Dimension
+from dvt_hpo.config import paths
+from dvt_hpo.study import space
+from dvt_hpo.studyfile import Condition, Dimension
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

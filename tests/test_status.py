@@ -12,9 +12,9 @@ import optuna
 import pytest
 
 from dvt_hpo.cli import EXIT_FAILURE, EXIT_OK, main
-from dvt_hpo.spec import load_spec
-from dvt_hpo.status import format_status, last_report, read_status
-from dvt_hpo.study_reader import open_existing_storage
+from dvt_hpo.store.reader import open_existing_storage
+from dvt_hpo.studyfile import load_spec
+from dvt_hpo.views.status import format_status, last_report, read_status
 from tests.conftest import REPO_ROOT, toy_study
 from tests.made_study import make_study
 

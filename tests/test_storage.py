@@ -11,7 +11,7 @@ import optuna
 import pytest
 
 from dvt_hpo.exceptions import SpecError
-from dvt_hpo.storage import (
+from dvt_hpo.store.storage import (
     HeartbeatSettings,
     StorageError,
     StudyNotFoundError,
@@ -230,7 +230,7 @@ def test_init_errors_propagate_unchanged(tmp_path: Path) -> None:
 def test_sqlite_on_a_network_file_system_keeps_the_rollback_journal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import dvt_hpo.storage as storage
+    import dvt_hpo.store.storage as storage
 
     assert storage.filesystem_type(tmp_path) is not None
     assert not storage.is_network_filesystem(tmp_path)
@@ -244,7 +244,7 @@ def test_creation_races_are_retried_and_other_errors_are_not(tmp_path: Path) -> 
     # The fallback for dialects without a creation lock (MySQL, ...), on real SQLAlchemy errors.
     import sqlalchemy
 
-    from dvt_hpo.storage_lock import is_creation_race, retry_creation_race
+    from dvt_hpo.store.lock import is_creation_race, retry_creation_race
 
     engine = sqlalchemy.create_engine(f"sqlite:///{tmp_path}/r.db")
     with engine.begin() as conn:
@@ -282,7 +282,7 @@ def test_a_missing_mysql_driver_names_the_mysql_extra(url: str, expected: str) -
     import importlib.util
 
     from dvt_hpo.exceptions import SpecError
-    from dvt_hpo.storage import check_storage_driver
+    from dvt_hpo.store.storage import check_storage_driver
 
     if importlib.util.find_spec("MySQLdb") or importlib.util.find_spec("pymysql"):
         pytest.skip("a MySQL driver is installed here")

@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy
 
 from dvt_hpo.exceptions import DvtHpoError
-from dvt_hpo.storage_errors import (
+from dvt_hpo.store.errors import (
     StorageError,
     is_connection_error,
     storage_error,

@@ -8,8 +8,8 @@ import optuna
 import pytest
 
 from dvt_hpo.exceptions import DvtHpoError
-from dvt_hpo.storage import open_storage
-from dvt_hpo.stored_study import StoredStudy, read_stored_study
+from dvt_hpo.store.storage import open_storage
+from dvt_hpo.store.stored_study import StoredStudy, read_stored_study
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -96,7 +96,7 @@ def test_unreachable_server_is_one_line_without_the_password() -> None:
 
 
 def test_postgres_reads_are_read_only_transactions(postgres_url: str, unique_name: str) -> None:
-    from dvt_hpo.stored_study import _rdb
+    from dvt_hpo.store.stored_study import _rdb
 
     make_study(postgres_url, unique_name)
     storage = _rdb(postgres_url, "postgresql")

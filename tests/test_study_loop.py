@@ -16,7 +16,8 @@ from typing import Any
 import optuna
 import pytest
 
-from dvt_hpo.events import (
+from dvt_hpo.process.tree import wait_gone
+from dvt_hpo.study.events import (
     BaseObserver,
     StudyEnded,
     StudyStarted,
@@ -24,9 +25,8 @@ from dvt_hpo.events import (
     TrialReported,
     TrialStarted,
 )
-from dvt_hpo.process_tree import wait_gone
-from dvt_hpo.spec import load_spec
-from dvt_hpo.study_loop import StudyRunner, StudyStopped
+from dvt_hpo.study.loop import StudyRunner, StudyStopped
+from dvt_hpo.studyfile import load_spec
 from tests.conftest import toy_study
 from tests.entrypoints.dropped import deliver_in_weakref_callback
 
@@ -278,7 +278,7 @@ def test_journal_storage_recovers_a_stale_trial_with_its_params(
     # whose orchestrator died.
     import time
 
-    from dvt_hpo.storage import open_storage
+    from dvt_hpo.store.storage import open_storage
 
     doc = toy(unique_name, [{"do": "curve", "values": [0.7]}])
     doc["study"].update(storage=f"journal:///{tmp_path}/study.log", n_trials=1)
@@ -536,25 +536,25 @@ def test_an_unusable_runs_dir_is_bad_input_before_the_study_is_written(
 
 # Each step of a trial's bookkeeping the loop and a trial's thread go through.
 BOOKKEEPING = [
-    "dvt_hpo.trial_run.TrialRun.payload",
-    "dvt_hpo.trial_run.TrialRun._run",
-    "dvt_hpo.trial_run.TrialRun._conclude",
-    "dvt_hpo.trial_run.TrialRun._record",
-    "dvt_hpo.trial_run.TrialRun._set_attrs",
-    "dvt_hpo.trial_run.TrialRun._apply_keep_logs",
-    "dvt_hpo.trial_run.TrialRun.start",
-    "dvt_hpo.trial_run.TrialRun.on_report",
-    "dvt_hpo.launch.Launcher.start",
-    "dvt_hpo.recovery.record_heartbeat",
-    "dvt_hpo.recovery.reconcile",
-    "dvt_hpo.recovery.retried_trial_number",
-    "dvt_hpo.recovery.Ledger.refresh",
-    "dvt_hpo.recovery.Ledger.budget",
-    "dvt_hpo.space.sample",
-    "dvt_hpo.space.apply",
-    "dvt_hpo.trial_config.store_base",
-    "dvt_hpo.study_loop.StudyRunner._record",
-    "dvt_hpo.study_loop.StudyRunner.print_summary",
+    "dvt_hpo.study.trial_run.TrialRun.payload",
+    "dvt_hpo.study.trial_run.TrialRun._run",
+    "dvt_hpo.study.trial_run.TrialRun._conclude",
+    "dvt_hpo.study.trial_run.TrialRun._record",
+    "dvt_hpo.study.trial_run.TrialRun._set_attrs",
+    "dvt_hpo.study.trial_run.TrialRun._apply_keep_logs",
+    "dvt_hpo.study.trial_run.TrialRun.start",
+    "dvt_hpo.study.trial_run.TrialRun.on_report",
+    "dvt_hpo.process.launch.Launcher.start",
+    "dvt_hpo.study.recovery.record_heartbeat",
+    "dvt_hpo.study.recovery.reconcile",
+    "dvt_hpo.study.recovery.retried_trial_number",
+    "dvt_hpo.study.recovery.Ledger.refresh",
+    "dvt_hpo.study.recovery.Ledger.budget",
+    "dvt_hpo.study.space.sample",
+    "dvt_hpo.study.space.apply",
+    "dvt_hpo.store.trial_config.store_base",
+    "dvt_hpo.study.loop.StudyRunner._record",
+    "dvt_hpo.study.loop.StudyRunner.print_summary",
 ]
 
 
@@ -675,8 +675,8 @@ def test_a_resumed_run_says_which_trials_it_waits_for_and_how_long(
     path = write_study(doc)
     spec = load_spec(path)
     # An orchestrator that asked trial 0, beat once and died (kill -9).
-    from dvt_hpo.recovery import record_heartbeat
-    from dvt_hpo.storage import HeartbeatSettings, open_storage
+    from dvt_hpo.store.storage import HeartbeatSettings, open_storage
+    from dvt_hpo.study.recovery import record_heartbeat
 
     storage = open_storage(spec.study.storage, HeartbeatSettings(1, 3, 1))
     dead = optuna.create_study(storage=storage, study_name=unique_name, direction="maximize")
@@ -701,7 +701,7 @@ def test_two_workers_that_opened_the_study_together_sample_different_params(
 ) -> None:
     # The race of the PostgreSQL test above, made certain: both workers open the study (and
     # see the same number of trials) before either asks for one.
-    from dvt_hpo import devices
+    from dvt_hpo.process import devices
 
     doc = toy(unique_name, [{"do": "curve", "values": [0.5]}], trials={"warm": False})
     doc["study"]["n_trials"] = 4

@@ -15,9 +15,10 @@ from typing import Any
 import optuna
 import pytest
 
-from dvt_hpo import process_tree, trial_run
-from dvt_hpo.protocol import Hello
-from dvt_hpo.spec import BUILTIN_ENTRYPOINT
+from dvt_hpo.process import tree as process_tree
+from dvt_hpo.study import trial_run
+from dvt_hpo.studyfile import BUILTIN_ENTRYPOINT
+from dvt_hpo.wire.protocol import Hello
 from tests.conftest import TOY_ENTRYPOINT, toy_study
 from tests.test_recovery import processes_mentioning
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import optuna
 
-from dvt_hpo import trial_config
-from dvt_hpo.spec import load_spec
+from dvt_hpo.store import trial_config
+from dvt_hpo.studyfile import load_spec
 from tests.conftest import toy_study
 
 

@@ -12,9 +12,9 @@ import optuna
 import pytest
 
 from dvt_hpo import run_study
-from dvt_hpo.spec import load_spec
-from dvt_hpo.study_loop import StudyStopped
-from dvt_hpo.trial_run import MAX_HISTORY_POINTS, history_attr
+from dvt_hpo.study.loop import StudyStopped
+from dvt_hpo.study.trial_run import MAX_HISTORY_POINTS, history_attr
+from dvt_hpo.studyfile import load_spec
 from tests.conftest import toy_study
 
 
@@ -120,7 +120,7 @@ def test_trials_import_from_the_study_folder_never_the_working_directory(
 def test_a_trial_speaking_another_protocol_version_fails_once_with_the_reason(
     write_study: Callable[..., Path], unique_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dvt_hpo import protocol
+    from dvt_hpo.wire import protocol
 
     # This orchestrator now speaks version N+1; the trial process (a fresh interpreter) N.
     monkeypatch.setattr(protocol, "PROTOCOL_VERSION", protocol.PROTOCOL_VERSION + 1)

@@ -1,10 +1,10 @@
-"""Byte sizes such as 4GiB (dvt_hpo.units)."""
+"""Byte sizes such as 4GiB (dvt_hpo.config.units)."""
 
 from __future__ import annotations
 
 import pytest
 
-from dvt_hpo.units import parse_bytes
+from dvt_hpo.config.units import parse_bytes
 
 
 @pytest.mark.parametrize(

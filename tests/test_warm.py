@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from dvt_hpo import warm
-from dvt_hpo.payload import TrialPayload
+from dvt_hpo.process import warm
+from dvt_hpo.wire.payload import TrialPayload
 
 pytestmark = pytest.mark.processes
 
@@ -44,7 +44,7 @@ def _payload(
 @pytest.fixture
 def template(tmp_path: Path):
     t = warm.WarmTemplate.start(
-        ["dvt_hpo.worker", "tests.entrypoints.toy"],
+        ["dvt_hpo.trial.main", "tests.entrypoints.toy"],
         env=_env(),
         cwd=REPO,
         log_path=tmp_path / "template.log",
@@ -180,9 +180,9 @@ def test_killed_orchestrator_leaves_no_template_or_child(tmp_path):
     script.write_text(
         f"""
 import json, subprocess, sys, time
-from dvt_hpo import warm
-from dvt_hpo.payload import TrialPayload
-t = warm.WarmTemplate.start(["dvt_hpo.worker", "tests.entrypoints.toy"], env={_env()!r},
+from dvt_hpo.process import warm
+from dvt_hpo.wire.payload import TrialPayload
+t = warm.WarmTemplate.start(["dvt_hpo.trial.main", "tests.entrypoints.toy"], env={_env()!r},
     cwd={str(REPO)!r}, log_path={str(tmp_path / "template.log")!r}, popen=subprocess.Popen)
 c = t.spawn([{str(payload)!r}], env={_env()!r}, cwd={str(payload.parent)!r}, stdout_fd=1, stderr_fd=2)
 open({str(pids)!r}, "w").write(json.dumps([t.pid, c.pid]))
@@ -262,7 +262,7 @@ def run(config, ctx):
 def _hooked_template(tmp_path: Path, warm_dir: Path | None, **env: str) -> warm.WarmTemplate:
     (tmp_path / "hooked_trainer.py").write_text(HOOKED_TRAINER)
     return warm.WarmTemplate.start(
-        ["dvt_hpo.worker", "hooked_trainer"],
+        ["dvt_hpo.trial.main", "hooked_trainer"],
         env={**_env(tmp_path), **env},
         cwd=tmp_path,
         log_path=tmp_path / "template.log",

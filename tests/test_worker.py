@@ -1,5 +1,5 @@
 """The trial process end to end: a real ControlServer, a real TrialProcess running
-``python -m dvt_hpo.worker`` (and torchrun) on the torch-free toy entry point."""
+``python -m dvt_hpo.trial`` (and torchrun) on the torch-free toy entry point."""
 
 from __future__ import annotations
 
@@ -15,12 +15,13 @@ from typing import Any
 
 import pytest
 
-from dvt_hpo.control_server import ControlServer
-from dvt_hpo.devices import Slot
-from dvt_hpo.launch import build_command, tail_lines, trial_env
-from dvt_hpo.payload import TrialLimits, TrialPayload
-from dvt_hpo.process_tree import TrialProcess, describe_exit, group_members, pid_alive, wait_gone
-from dvt_hpo.protocol import (
+from dvt_hpo.process.devices import Slot
+from dvt_hpo.process.launch import build_command, tail_lines, trial_env
+from dvt_hpo.process.tree import TrialProcess, describe_exit, group_members, pid_alive, wait_gone
+from dvt_hpo.studyfile import BatchSizeSpec
+from dvt_hpo.wire.control_server import ControlServer
+from dvt_hpo.wire.payload import TrialLimits, TrialPayload
+from dvt_hpo.wire.protocol import (
     EXIT_BAD_PAYLOAD,
     EXIT_ERROR,
     EXIT_NO_ORCHESTRATOR,
@@ -29,7 +30,6 @@ from dvt_hpo.protocol import (
     EXIT_STOPPED,
     PROTOCOL_VERSION,
 )
-from dvt_hpo.spec import BatchSizeSpec
 from tests.entrypoints.recording import RecordingHandler
 
 pytestmark = pytest.mark.processes
@@ -476,7 +476,7 @@ def test_a_payload_rerun_by_hand_from_another_folder_finds_the_trainer_and_keeps
     env["PYTHONPATH"] = str(REPO_ROOT)  # not the study folder: the payload says where it is
 
     proc = subprocess.run(
-        [sys.executable, "-m", "dvt_hpo.worker", str(trial_dir / "payload.json")],
+        [sys.executable, "-m", "dvt_hpo.trial", str(trial_dir / "payload.json")],
         cwd=elsewhere,
         env=env,
         capture_output=True,

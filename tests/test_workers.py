@@ -11,8 +11,8 @@ from pathlib import Path
 import optuna
 import pytest
 
-from dvt_hpo.spec import load_spec
-from dvt_hpo.workers import worker_command, worker_slots
+from dvt_hpo.study.workers import worker_command, worker_slots
+from dvt_hpo.studyfile import load_spec
 from tests.conftest import toy_study
 from tests.test_recovery import Orchestrator, load_trials, states
 

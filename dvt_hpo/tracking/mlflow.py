@@ -27,7 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dvt_hpo.events import (
+from dvt_hpo.exceptions import DvtHpoError
+from dvt_hpo.study.events import (
     BaseObserver,
     StudyEnded,
     StudyStarted,
@@ -35,7 +36,6 @@ from dvt_hpo.events import (
     TrialReported,
     TrialStarted,
 )
-from dvt_hpo.exceptions import DvtHpoError
 
 if TYPE_CHECKING:
     import optuna
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 PARENT_ATTR = "mlflow_parent_run_id"
 RUN_ID_ATTR = "mlflow_run_id"
 TAG_STUDY = "dvt_hpo.study"
-TAG_STORAGE = "dvt_hpo.storage"
+TAG_STORAGE = "dvt_hpo.store.storage"
 TAG_TRIAL = "dvt_hpo.trial"
 TAG_RETRY_OF = "dvt_hpo.retry_of"
 TAG_STATE = "dvt_hpo.state"
@@ -95,7 +95,7 @@ def _text(value: Any) -> str:
 
 def redact_text(text: str) -> str:
     """``text`` with the password of every URL in it replaced (a study file's storage URL)."""
-    from dvt_hpo.storage import redact_url
+    from dvt_hpo.store.storage import redact_url
 
     return _URL.sub(lambda m: redact_url(m.group(0)), text)
 
@@ -140,7 +140,7 @@ class MlflowObserver(BaseObserver):
                     target.addFilter(_quiet_on_worker)
         from mlflow.tracking import MlflowClient
 
-        from dvt_hpo.storage import redact_url
+        from dvt_hpo.store.storage import redact_url
 
         self.tracking_uri = tracking_uri
         self.shown_uri = redact_url(tracking_uri) if tracking_uri else "the default MLflow store"

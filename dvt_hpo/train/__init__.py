@@ -27,8 +27,8 @@ def train_file(path: str | os.PathLike[str], overrides: Iterable[str] = ()) -> d
 
     Prints one line per epoch and returns the final metrics; checkpoints as configured.
     """
-    from dvt_hpo.context import LocalContext
     from dvt_hpo.train.trainer import run as _run
+    from dvt_hpo.trial.context import LocalContext
 
     cfg = load_trainer_config(path, overrides)
     return _run(cfg, LocalContext())

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dvt_hpo.atomic import write_text_atomic
+from dvt_hpo.config.paths import set_path
+from dvt_hpo.config.schema import field_type_at, from_mapping, to_plain, value_fits_type
 from dvt_hpo.exceptions import SpecError
-from dvt_hpo.paths import set_path
-from dvt_hpo.schema import field_type_at, from_mapping, to_plain, value_fits_type
 
 __all__ = [
     "BUILTIN_MODELS",
@@ -329,7 +329,7 @@ def load_trainer_config(
     The same YAML loader and override syntax as the study file (``1e-4`` is a float); errors
     name the file and line of the value, or ``<--set>`` for an overridden one, and the field.
     """
-    from dvt_hpo.spec.source import Doc, read_yaml
+    from dvt_hpo.config.source import Doc, read_yaml
 
     source = str(path)
     doc = Doc(source)
@@ -339,13 +339,13 @@ def load_trainer_config(
 
 def apply_overrides(cfg: TrainerConfig, overrides: Iterable[str]) -> TrainerConfig:
     """``cfg`` with ``PATH=VALUE`` overrides applied (values read as YAML), then re-checked."""
-    from dvt_hpo.spec.source import OVERRIDE_SOURCE, Doc
+    from dvt_hpo.config.source import OVERRIDE_SOURCE, Doc
 
     return _build(Doc(OVERRIDE_SOURCE), cfg.to_dict(), overrides)
 
 
 def _build(doc: Any, data: Any, overrides: Iterable[str]) -> TrainerConfig:
-    from dvt_hpo.spec.source import apply_override, parse_override
+    from dvt_hpo.config.source import apply_override, parse_override
 
     examples = "epochs=3 or optim.optim_args.lr=0.01"
     parsed = [parse_override(text, examples) for text in overrides]

@@ -367,7 +367,7 @@ def make_fits(
     counts them): the probe also builds each step's batch from per-sample tensors while the
     previous batch is alive, as the training loop does.
 
-    Returns a ``dvt_hpo.batch_size.Probe`` with the peak and total memory on CUDA, ``True``
+    Returns a ``dvt_hpo.batch.search.Probe`` with the peak and total memory on CUDA, ``True``
     elsewhere. Out-of-memory errors propagate (the search classifies them); memory is freed
     first, including the locals of the frames in the exception's traceback.
     """
@@ -411,7 +411,7 @@ def make_fits(
                 logits = eval_model(inputs)
             if not cuda:
                 return True
-            from dvt_hpo.batch_size import Probe
+            from dvt_hpo.batch.search import Probe
 
             torch.cuda.synchronize(device)
             return Probe(

@@ -20,9 +20,9 @@ from dvt_hpo.backends.deepvisiontools.scoring import (
     epoch_metrics,
     library_metrics,
 )
+from dvt_hpo.config.schema import from_mapping
 from dvt_hpo.exceptions import SpecError
-from dvt_hpo.schema import from_mapping
-from dvt_hpo.spec import load_spec
+from dvt_hpo.studyfile import load_spec
 from tests.backends.conftest import ENTRYPOINT, EXAMPLE_DIR, REPO_ROOT, SCHEMA
 
 
@@ -227,7 +227,7 @@ def test_demo_dataset_layout_and_determinism(tmp_path: Path) -> None:
 def test_backend_package_imports_neither_torch_nor_deepvisiontools() -> None:
     code = (
         "import sys; import dvt_hpo.backends.deepvisiontools as b; "
-        "from dvt_hpo.spec import load_spec; "
+        "from dvt_hpo.studyfile import load_spec; "
         f"load_spec({str(EXAMPLE_DIR / 'study.yaml')!r}); "
         "heavy = [m for m in ('torch', 'deepvisiontools') if m in sys.modules]; "
         "print(heavy); sys.exit(1 if heavy else 0)"

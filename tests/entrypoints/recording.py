@@ -1,4 +1,4 @@
-"""A :class:`~dvt_hpo.control_server.TrialHandler` that records what a trial sends, for tests.
+"""A :class:`~dvt_hpo.wire.control_server.TrialHandler` that records what a trial sends, for tests.
 
 Tests await its events (no sleeps): ``hello_event`` per count of hellos, ``attr_event(key)``
 when a user attr arrives, ``report_event`` after each report.
@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from dvt_hpo.protocol import Hello
+from dvt_hpo.wire.protocol import Hello
 
 
 class RecordingHandler:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from dvt_hpo.exceptions import SpecError
-from dvt_hpo.spec import load_spec
+from dvt_hpo.studyfile import load_spec
 
 GOOD = """\
 study:

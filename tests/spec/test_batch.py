@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dvt_hpo.exceptions import SpecError
-from dvt_hpo.spec import (
+from dvt_hpo.studyfile import (
     load_spec,
 )
 from tests.spec.helpers import (

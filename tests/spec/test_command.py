@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dvt_hpo.exceptions import SpecError
-from dvt_hpo.spec import COMMAND_ENTRYPOINT, load_spec
+from dvt_hpo.studyfile import COMMAND_ENTRYPOINT, load_spec
 from tests.spec.helpers import bad_file_test, case
 
 CMD = """\

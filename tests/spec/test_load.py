@@ -11,7 +11,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from dvt_hpo.spec import (
+from dvt_hpo.studyfile import (
     Condition,
     Dimension,
     PrunerSpec,
@@ -137,7 +137,7 @@ def test_loading_does_not_import_torch(write: Callable[..., Path]) -> None:
     path = write(GOOD.replace("kind: tpe", "kind: gp"))
     code = (
         "import sys\n"
-        "from dvt_hpo.spec import load_spec, build_sampler, build_pruner\n"
+        "from dvt_hpo.studyfile import load_spec, build_sampler, build_pruner\n"
         f"spec = load_spec({str(path)!r})\n"
         "assert spec.study.sampler.kind == 'gp'\n"
         "build_pruner(spec.study.pruner)\n"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from dvt_hpo.exceptions import SpecError
-from dvt_hpo.spec import ConstraintSpec, ObjectiveSpec, load_spec
-from dvt_hpo.spec.objective import describe_objective, infer_direction
+from dvt_hpo.studyfile import ConstraintSpec, ObjectiveSpec, load_spec
+from dvt_hpo.studyfile.objective import describe_objective, infer_direction
 from tests.spec.helpers import BASE, bad_file_test, case
 
 MIN, MAX, REFUSE = "minimize", "maximize", None

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from dvt_hpo.exceptions import SpecError
-from dvt_hpo.spec import load_spec
-from dvt_hpo.spec.runnable import find_entrypoint
+from dvt_hpo.study.preflight import find_entrypoint
+from dvt_hpo.studyfile import load_spec
 
 TOY = """\
 study:

@@ -1,4 +1,4 @@
-"""YAML with line numbers and ``--set`` overrides (dvt_hpo.spec.source)."""
+"""YAML with line numbers and ``--set`` overrides (dvt_hpo.config.source)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dvt_hpo.exceptions import SpecError
-from dvt_hpo.spec import (
+from dvt_hpo.studyfile import (
     SamplerSpec,
     load_spec,
 )

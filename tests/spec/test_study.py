@@ -10,7 +10,7 @@ import optuna
 import pytest
 
 from dvt_hpo.exceptions import SpecError
-from dvt_hpo.spec import (
+from dvt_hpo.studyfile import (
     SamplerSpec,
     build_pruner,
     build_sampler,
@@ -215,7 +215,7 @@ def test_storage_and_tracking_uri_expand_environment_variables(
     write_study, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from dvt_hpo.exceptions import SpecError
-    from dvt_hpo.spec import load_spec, spec_to_dict
+    from dvt_hpo.studyfile import load_spec, spec_to_dict
     from tests.conftest import toy_study
 
     doc = toy_study(

@@ -6,7 +6,7 @@ exclusively; releasing it lets every process through at once. Modes:
 
 - ``cli GATE ARGS...``: ``dvt_hpo.cli.main(ARGS)`` (a ``dvt-hpo`` command), exit with its code;
 - ``rounds NAME TRIALS GATE1 URL1 [GATE2 URL2 ...]``: for each round, wait at its gate, then
-  :func:`dvt_hpo.storage.create_or_load_study` on URL (the study's settings stored by
+  :func:`dvt_hpo.store.storage.create_or_load_study` on URL (the study's settings stored by
   ``init``) and TRIALS trials through ask/tell; prints ``done 0`` or ``done 1 <error>`` per
   round. One process serves many rounds, so that the imports are paid once.
 """
@@ -21,7 +21,7 @@ import optuna
 import sqlalchemy  # noqa: F401 - imported before the gate, see above
 
 import dvt_hpo.cli
-import dvt_hpo.storage
+import dvt_hpo.store.storage
 
 
 def wait_at(gate: str) -> None:
@@ -35,9 +35,11 @@ def _round(url: str, name: str, trials: int) -> str:
     def init(study: optuna.Study) -> None:
         study.set_user_attr("dvt_hpo:settings", {"sampler": "random"})
 
-    heartbeat = None if url.startswith("journal") else dvt_hpo.storage.HeartbeatSettings(5, 10, 1)
+    heartbeat = (
+        None if url.startswith("journal") else dvt_hpo.store.storage.HeartbeatSettings(5, 10, 1)
+    )
     try:
-        study = dvt_hpo.storage.create_or_load_study(
+        study = dvt_hpo.store.storage.create_or_load_study(
             url,
             name,
             ["maximize"],

@@ -18,8 +18,8 @@ from typing import Any
 import optuna
 import pytest
 
-from dvt_hpo import process_tree
-from dvt_hpo.storage import open_existing
+from dvt_hpo.process import tree as process_tree
+from dvt_hpo.store.storage import open_existing
 from tests.conftest import REPO_ROOT, toy_study
 from tests.storage_suite.gated import run_gated
 from tests.test_recovery import (  # noqa: F401 - fixtures

@@ -8,7 +8,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from dvt_hpo.storage import open_existing
+from dvt_hpo.store.storage import open_existing
 from tests.storage_suite.gated import run_rounds
 
 TRIALS_EACH = 2

@@ -10,8 +10,8 @@ from typing import TypeVar
 import optuna
 import pytest
 
-from dvt_hpo.storage import HeartbeatSettings, create_or_load_study
-from dvt_hpo.storage_errors import StorageError, with_retry
+from dvt_hpo.store.errors import StorageError, with_retry
+from dvt_hpo.store.storage import HeartbeatSettings, create_or_load_study
 from tests.storage_suite.postgres_cluster import PASSWORD, PostgresCluster
 
 T = TypeVar("T")

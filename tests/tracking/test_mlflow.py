@@ -19,7 +19,7 @@ pytestmark = pytest.mark.processes
 
 from mlflow.tracking import MlflowClient  # noqa: E402
 
-from dvt_hpo.events import (  # noqa: E402
+from dvt_hpo.study.events import (  # noqa: E402
     StudyEnded,
     StudyStarted,
     TrialFinished,

@@ -13,8 +13,8 @@ pytest.importorskip("mlflow", reason="the mlflow extra is not installed")
 
 from mlflow.tracking import MlflowClient  # noqa: E402
 
-from dvt_hpo.spec import load_spec  # noqa: E402
-from dvt_hpo.study_loop import StudyRunner  # noqa: E402
+from dvt_hpo.study.loop import StudyRunner  # noqa: E402
+from dvt_hpo.studyfile import load_spec  # noqa: E402
 from tests.conftest import toy_study  # noqa: E402
 
 pytestmark = pytest.mark.processes

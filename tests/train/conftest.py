@@ -56,7 +56,7 @@ class FakeCtx:
         self.search_calls.append({"device": device, "agree": agree})
         if self.search is None:
             return None
-        from dvt_hpo.batch_size import find_batch_size
+        from dvt_hpo.batch.search import find_batch_size
 
         if self.wrap_fits is not None:
             fits = self.wrap_fits(fits)

@@ -239,7 +239,7 @@ def test_overrides_parse_yaml_values_and_reject_unknown_paths() -> None:
 @pytest.mark.processes
 def test_importing_the_package_and_config_does_not_import_torch() -> None:
     code = (
-        "import sys, dvt_hpo.train, dvt_hpo.train.config, dvt_hpo.schema; "
+        "import sys, dvt_hpo.train, dvt_hpo.train.config, dvt_hpo.config.schema; "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])

@@ -330,7 +330,7 @@ def test_model_and_data_helpers_agree_on_shapes() -> None:
 def test_real_local_context_search_sets_batch_and_accumulation(
     make_config: Callable[..., dict], tmp_path: Path
 ) -> None:
-    from dvt_hpo.context import LocalContext
+    from dvt_hpo.trial.context import LocalContext
 
     ctx = LocalContext(batch_size={"auto": True, "min": 8, "max": 32, "effective": 64})
     config = make_config(

@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from dvt_hpo.backends.deepvisiontools.schema import BackendConfig
-from dvt_hpo.protocol import ENV_LAUNCHED
-from dvt_hpo.schema import from_mapping
+from dvt_hpo.config.schema import from_mapping
+from dvt_hpo.wire.protocol import ENV_LAUNCHED
 
 
 def __dvt_hpo_warm__(folder: Path) -> None:
-    """The warm template's hook (:mod:`dvt_hpo.warm`): import torch and deepvisiontools once,
+    """The warm template's hook (:mod:`dvt_hpo.process.warm`): import torch and deepvisiontools once,
     isolated as a trial is, in ``folder`` (under the study's runs folder): importing
     deepvisiontools writes ultralytics' settings file under ``$HOME`` and matplotlib's font
     cache, and those libraries keep the paths they computed at import. Each forked trial then

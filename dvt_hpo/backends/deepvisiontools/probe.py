@@ -6,7 +6,7 @@ real samples through a ``DeepVisionLoader`` of batch size ``n`` (its collation a
 dataset's augmentations; sampled with replacement, so sizes above the dataset's length are
 probed too), runs 2 training steps (forward, loss, backward, optimizer step with its state
 allocated) and 1 evaluation step. Out-of-memory errors propagate to the search, which tells
-them from other errors (``dvt_hpo.batch_size.is_out_of_memory``).
+them from other errors (``dvt_hpo.batch.search.is_out_of_memory``).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def make_fits(
                 out = model.eval_step(batch[0], batch[1])
             if not cuda:
                 return True
-            from dvt_hpo.batch_size import Probe
+            from dvt_hpo.batch.search import Probe
 
             torch.cuda.synchronize(device)
             return Probe(

@@ -27,7 +27,7 @@ from dvt_hpo.backends.deepvisiontools.isolation import TrialFolders, output_over
 from dvt_hpo.backends.deepvisiontools.probe import make_fits
 from dvt_hpo.backends.deepvisiontools.schema import BackendConfig, DataSection
 from dvt_hpo.backends.deepvisiontools.scoring import epoch_metrics
-from dvt_hpo.context import distributed_env
+from dvt_hpo.trial.context import distributed_env
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,491 @@
+"""A trial's processes: start them in a session of their own, watch them, stop the whole tree.
+
+Stdlib only: the orchestrator imports this and must never import torch.
+
+Every trial runs in its own session (``start_new_session=True``), so its process group holds the
+trial's leader and everything it forks (dataloader workers, ...): a stop signals the whole group,
+never the orchestrator. torchrun puts each rank in a session of its own; :meth:`TrialProcess.stop`
+finds those through the process tree (``/proc``) and stops their groups too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import queue
+import select
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from dvt_hpo.process.logcap import LogPump, open_pumped
+
+if TYPE_CHECKING:
+    from dvt_hpo.process.warm import WarmTemplate
+
+# After SIGKILL only an uninterruptible (D-state) process can linger; do not hang on it.
+_KILL_WAIT_S = 10.0
+# How long a finished trial's log pipes may take to drain into their files.
+_LOG_DRAIN_S = 5.0
+
+
+def describe_exit(returncode: int | None) -> str:
+    """How a process ended, in words.
+
+    ``"exit code 3"``, ``"killed by signal SIGSEGV (-11)"``, ``"exit code 137 (128+SIGKILL)"``.
+    """
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        return f"killed by signal {_signal_name(-returncode)} ({returncode})"
+    if returncode > 128:
+        name = _signal_name(returncode - 128, default="")
+        if name:
+            return f"exit code {returncode} (128+{name})"
+    return f"exit code {returncode}"
+
+
+def _signal_name(number: int, default: str | None = None) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return default if default is not None else f"signal {number}"
+
+
+# -- the process tree (Linux /proc) -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _ProcInfo:
+    ppid: int
+    pgid: int
+    state: str
+
+
+def _proc_table() -> dict[int, _ProcInfo]:
+    """Every process's parent, group and state; empty where /proc is missing."""
+    table: dict[int, _ProcInfo] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return table
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                raw = f.read()
+        except OSError:
+            continue  # it exited while we looked
+        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
+        fields = raw[raw.rfind(b")") + 2 :].split()
+        if len(fields) < 3:
+            continue
+        table[int(name)] = _ProcInfo(int(fields[1]), int(fields[2]), fields[0].decode())
+    return table
+
+
+def _alive(info: _ProcInfo) -> bool:
+    # Zombies are dead: only their parent (or init, whenever it gets to it) can reap them.
+    return info.state not in ("Z", "X", "x")
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes of a process group, from /proc."""
+    return [pid for pid, info in _proc_table().items() if info.pgid == pgid and _alive(info)]
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    return raw[raw.rfind(b")") + 2 : raw.rfind(b")") + 3] not in (b"Z", b"X", b"x")
+
+
+def _descendant_groups(root_pid: int) -> set[int]:
+    """Process groups of the live descendants of ``root_pid`` (torchrun ranks lead their own)."""
+    table = _proc_table()
+    children: dict[int, list[int]] = {}
+    for pid, info in table.items():
+        children.setdefault(info.ppid, []).append(pid)
+    groups: set[int] = set()
+    todo = list(children.get(root_pid, ()))
+    while todo:
+        pid = todo.pop()
+        info = table.get(pid)
+        if info is not None and _alive(info):
+            groups.add(info.pgid)
+        todo.extend(children.get(pid, ()))
+    return groups
+
+
+def wait_gone(pids: Iterable[int], timeout_s: float) -> bool:
+    """Wait until every pid has exited (event-driven through pidfds: they need not be our
+    children); True when all did within ``timeout_s``."""
+    pidfds: list[int] = []
+    leftover: list[int] = []
+    try:
+        for pid in pids:
+            try:
+                pidfds.append(os.pidfd_open(pid))
+            except ProcessLookupError:
+                continue
+            except (AttributeError, OSError):
+                leftover.append(pid)  # no pidfd support: checked by polling below
+        deadline = time.monotonic() + timeout_s
+        poller = select.poll()
+        for fd in pidfds:
+            poller.register(fd, select.POLLIN)
+        remaining = set(pidfds)
+        while remaining:
+            wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
+            events = poller.poll(wait_ms)
+            if not events:
+                return False
+            for fd, _ in events:
+                poller.unregister(fd)
+                remaining.discard(fd)
+        delay_s = 0.005
+        while leftover:
+            leftover = [pid for pid in leftover if pid_alive(pid)]
+            if not leftover:
+                break
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(delay_s)  # only without pidfd (Linux < 5.3): nothing to wait on
+            delay_s = min(delay_s * 2, 0.1)
+        return True
+    finally:
+        for fd in pidfds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    if pgid <= 1 or pgid == os.getpgrp():
+        return  # never the orchestrator's own group, never "every process"
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+# -- spawning ------------------------------------------------------------------------------
+
+
+class _Spawner:
+    """Starts every child from one long-lived thread.
+
+    A trial process sets ``PR_SET_PDEATHSIG``, which fires when the *thread* that forked it
+    exits, not the process: spawning from a thread that lives as long as the orchestrator
+    makes it mean "the orchestrator died", whichever thread asked for the start.
+    """
+
+    def __init__(self) -> None:
+        self._requests: queue.SimpleQueue[tuple[dict[str, Any], Future[subprocess.Popen[bytes]]]]
+        self._requests = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def popen(self, **kwargs: Any) -> subprocess.Popen[bytes]:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._loop, name="dvt-hpo-spawner", daemon=True
+                )
+                self._thread.start()
+        future: Future[subprocess.Popen[bytes]] = Future()
+        self._requests.put((kwargs, future))
+        return future.result()
+
+    def _loop(self) -> None:
+        while True:
+            kwargs, future = self._requests.get()
+            try:
+                future.set_result(subprocess.Popen(**kwargs))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                future.set_exception(exc)
+
+
+_SPAWNER = _Spawner()
+
+
+def spawner_popen(**kwargs: Any) -> subprocess.Popen[bytes]:
+    """``subprocess.Popen(**kwargs)`` started from the long-lived spawner thread, so that a
+    child's parent-death signal means "the orchestrator died"."""
+    return _SPAWNER.popen(**kwargs)
+
+
+@dataclass(frozen=True)
+class StopOutcome:
+    """How :meth:`TrialProcess.stop` ended a trial."""
+
+    returncode: int
+    # exited: it was already over; terminated: it ended within the grace after SIGTERM;
+    # killed: it needed SIGKILL.
+    how: Literal["exited", "terminated", "killed"]
+    seconds: float  # from the stop() call until every process of the trial was gone
+    all_gone: bool  # False only if some process survived SIGKILL (uninterruptible sleep)
+
+
+class _PopenLeader:
+    """A leader started by the orchestrator itself (``subprocess.Popen``)."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self._popen = popen
+        self.pid = popen.pid
+        try:
+            self._pidfd: int | None = os.pidfd_open(self.pid)
+        except (AttributeError, OSError):
+            self._pidfd = None
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.returncode
+
+    def exited(self, timeout_s: float | None) -> bool:
+        """Whether the leader has exited, without reaping it."""
+        if self._pidfd is not None:
+            # The pidfd stays open until the object dies: closing it while another thread
+            # polls it could make that thread poll whatever file reuses the number.
+            poller = select.poll()
+            poller.register(self._pidfd, select.POLLIN)
+            timeout_ms = None if timeout_s is None else max(0, math.ceil(timeout_s * 1000))
+            return bool(poller.poll(timeout_ms))
+        flags = os.WEXITED | os.WNOWAIT
+        if timeout_s is None:
+            with contextlib.suppress(ChildProcessError):
+                os.waitid(os.P_PID, self.pid, flags)
+            return True
+        deadline = time.monotonic() + timeout_s
+        delay_s = 0.001
+        while True:
+            try:
+                if os.waitid(os.P_PID, self.pid, flags | os.WNOHANG) is not None:
+                    return True
+            except ChildProcessError:
+                return True  # already reaped by a concurrent wait()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            time.sleep(min(delay_s, remaining))  # only without pidfd: nothing to wait on
+            delay_s = min(delay_s * 2, 0.05)
+
+    def reap(self) -> int:
+        return self._popen.wait()
+
+    def __del__(self) -> None:
+        fd, self._pidfd = getattr(self, "_pidfd", None), None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+class _Leader(Protocol):
+    pid: int
+
+    @property
+    def returncode(self) -> int | None: ...
+    def exited(self, timeout_s: float | None) -> bool: ...
+    def reap(self) -> int: ...
+
+
+def _log_pipes(
+    stdout_path: str | os.PathLike[str],
+    stderr_path: str | os.PathLike[str],
+    log_limit: int | None,
+) -> tuple[int, int, list[LogPump]]:
+    """Write ends for a trial's stdout and stderr, each copied into its capped log file."""
+    Path(stdout_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(stderr_path).parent.mkdir(parents=True, exist_ok=True)
+    out_fd, out_pump = open_pumped(stdout_path, log_limit, "dvt-hpo-log-out")
+    err_fd, err_pump = open_pumped(stderr_path, log_limit, "dvt-hpo-log-err")
+    return out_fd, err_fd, [out_pump, err_pump]
+
+
+class TrialProcess:
+    """One trial's leader process and its process group (the leader's pid is the group id).
+
+    The leader is either spawned (``python -m dvt_hpo.trial``, torchrun) or forked by the
+    warm template (:mod:`dvt_hpo.process.warm`); both are watched and stopped the same way. Its output
+    reaches the log files through pipes, capped at ``log_limit`` bytes per stream
+    (:mod:`dvt_hpo.process.logcap`)."""
+
+    def __init__(self, leader: _Leader, pumps: Sequence[LogPump] = (), *, warm: bool = False):
+        self._leader = leader
+        self._pumps = list(pumps)
+        self.warm = warm
+        self.pid = leader.pid
+        self.pgid = leader.pid  # a session of its own: the leader leads its own group
+        self.started_s = time.perf_counter()
+        self.exited_s: float | None = None  # when the exit was first seen
+        self.stop_requested_s: float | None = None
+        self.gone_s: float | None = None  # when wait() or stop() saw every process gone
+        self._lock = threading.Lock()
+        self._cleaned = False
+
+    @classmethod
+    def start(
+        cls,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        cwd: str | os.PathLike[str] | None,
+        stdout_path: str | os.PathLike[str],
+        stderr_path: str | os.PathLike[str],
+        log_limit: int | None = None,
+    ) -> TrialProcess:
+        """Start ``argv`` in a new session, its output copied into the two log files."""
+        out_fd, err_fd, pumps = _log_pipes(stdout_path, stderr_path, log_limit)
+        try:
+            popen = _SPAWNER.popen(
+                args=list(argv),
+                env=dict(env),
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=out_fd,
+                stderr=err_fd,
+                close_fds=True,
+                start_new_session=True,
+            )
+        finally:
+            os.close(out_fd)
+            os.close(err_fd)
+        return cls(_PopenLeader(popen), pumps)
+
+    @classmethod
+    def start_warm(
+        cls,
+        template: WarmTemplate,
+        args: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        cwd: str | os.PathLike[str],
+        stdout_path: str | os.PathLike[str],
+        stderr_path: str | os.PathLike[str],
+        log_limit: int | None = None,
+    ) -> TrialProcess:
+        """Fork ``python -m dvt_hpo.trial *args`` from the warm template (raises
+        :class:`~dvt_hpo.process.warm.TemplateUnavailable` when it cannot)."""
+        out_fd, err_fd, pumps = _log_pipes(stdout_path, stderr_path, log_limit)
+        try:
+            child = template.spawn(args, env=env, cwd=cwd, stdout_fd=out_fd, stderr_fd=err_fd)
+        except BaseException:
+            os.close(out_fd)
+            os.close(err_fd)
+            for pump in pumps:
+                pump.join(5)
+            raise
+        os.close(out_fd)
+        os.close(err_fd)
+        return cls(child, pumps, warm=True)
+
+    @property
+    def returncode(self) -> int | None:
+        return self._leader.returncode
+
+    def poll(self) -> int | None:
+        """The exit status if the leader has exited (reaped), else None; never blocks."""
+        return self.wait(0)
+
+    def wait(self, timeout_s: float | None = None) -> int | None:
+        """Wait for the leader to exit; its status, or None on timeout.
+
+        Once the leader has exited, what is left of its group is killed *before* the leader is
+        reaped (while the leader is a zombie its group id cannot be reused by another process),
+        and waited for: when ``wait`` returns a status, no process of the group is alive and
+        the log files hold everything the trial wrote.
+        """
+        if self._leader.returncode is not None:
+            return self._leader.returncode
+        if not self._leader.exited(timeout_s):
+            return None
+        if self.exited_s is None:
+            self.exited_s = time.perf_counter()
+        with self._lock:
+            if not self._cleaned:
+                self._cleaned = True
+                _signal_group(self.pgid, signal.SIGKILL)
+                # The next trial on this slot must not meet this one's dataloader workers
+                # (or their GPU memory): wait until they are really gone.
+                wait_gone(group_members(self.pgid), _KILL_WAIT_S)
+                if self.gone_s is None:
+                    self.gone_s = time.perf_counter()
+        code = self._leader.reap()
+        for pump in self._pumps:
+            # A process of another session (a torchrun rank) may still hold the pipe until
+            # stop() kills it: bounded.
+            pump.join(_LOG_DRAIN_S)
+        return code
+
+    def stop(self, grace_s: float) -> StopOutcome:
+        """SIGTERM the trial, wait up to ``grace_s``, then SIGKILL; reap; wait until gone.
+
+        The trial is the leader's group and the groups of the leader's descendants that
+        started sessions of their own (torchrun ranks).
+        """
+        t0 = time.perf_counter()
+        self.stop_requested_s = t0
+        groups = self._targets()
+        if self.poll() is not None:
+            how: Literal["exited", "terminated", "killed"] = "exited"
+            code = self._leader.returncode
+            assert code is not None
+        else:
+            self._signal(groups, signal.SIGTERM)
+            code = self.wait(max(0.0, grace_s))
+            how = "terminated"
+            if code is None:
+                how = "killed"
+                groups |= self._targets()
+                self._signal(groups, signal.SIGKILL)
+                code = self.wait(None)
+                assert code is not None
+        # Whatever survived its leader in other sessions dies now. The leader's own group was
+        # cleaned by wait() before the reap; its id may be reused from here on: not signalled.
+        groups.discard(self.pgid)
+        self._signal(groups, signal.SIGKILL)
+        members = {pid for pgid in groups for pid in group_members(pgid)}
+        all_gone = wait_gone(members, _KILL_WAIT_S)
+        for pump in self._pumps:
+            pump.join(_LOG_DRAIN_S)
+        self.gone_s = time.perf_counter()
+        return StopOutcome(code, how, self.gone_s - t0, all_gone)
+
+    def _targets(self) -> set[int]:
+        groups = {self.pgid}
+        if self._leader.returncode is None:
+            groups |= _descendant_groups(self.pid)
+        groups.discard(os.getpgrp())
+        return groups
+
+    @staticmethod
+    def _signal(groups: set[int], sig: int) -> None:
+        for pgid in groups:
+            _signal_group(pgid, sig)
+
+
+__all__ = [
+    "StopOutcome",
+    "TrialProcess",
+    "describe_exit",
+    "group_members",
+    "pid_alive",
+    "wait_gone",
+]

@@ -1,0 +1,279 @@
+"""Storage failures as one line, and retries through database outages.
+
+Drivers raise exceptions whose text spans lines, chains two or three causes and may quote the
+URL or its password. :func:`storage_error` turns any of them into one :class:`StorageError`
+line that names ``study.storage``, the redacted URL and what to check; :func:`with_retry` rides
+out a database restart by retrying only connection-level failures.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+from dvt_hpo.exceptions import DvtHpoError
+from dvt_hpo.store.urls import redact_text, redact_url
+
+T = TypeVar("T")
+
+# How long the study loop rides out an unreachable database before it gives up (the default of
+# study.storage_retry_s): long enough for a server restart or a fail-over.
+DEFAULT_STORAGE_RETRY_S = 120.0
+# The longest pause between two tries: long enough not to hammer a restarting server, short
+# enough that a server back after 10 s is noticed within a few seconds.
+_MAX_BACKOFF_S = 4.0
+_FIRST_BACKOFF_S = 0.1
+
+
+class StorageError(DvtHpoError):
+    """The study database cannot be opened or used (exit code 1).
+
+    ``str()`` is one line: ``[file: ]study.storage 'redacted-url': problem; hint``.
+    """
+
+    def __init__(
+        self,
+        problem: str,
+        *,
+        url: str,
+        hint: str = "",
+        source: str | Path | None = None,
+    ) -> None:
+        self.problem = _one_line(redact_text(problem, url))
+        self.hint = hint
+        self.redacted_url = redact_url(url)
+        self.source = str(source) if source is not None else None
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = f"{self.source}: " if self.source else ""
+        hint = f"; {self.hint}" if self.hint else ""
+        return f"{where}study.storage {self.redacted_url!r}: {self.problem}{hint}"
+
+
+class StudyNotFoundError(StorageError):
+    """A read-only command found no database, or no study of that name in it."""
+
+
+def _one_line(text: str) -> str:
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return first.rstrip(".")
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and its causes: Optuna wraps SQLAlchemy errors, which wrap the driver's."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        orig = getattr(current, "orig", None)  # SQLAlchemy's DBAPIError keeps the driver's here
+        if isinstance(orig, BaseException) and id(orig) not in seen:
+            yield orig
+            seen.add(id(orig))
+        current = current.__cause__ or current.__context__
+
+
+def _driver_text(exc: BaseException) -> str:
+    """The most specific message in the chain (the driver's, not the wrappers')."""
+    texts = [str(e) for e in _chain(exc) if str(e)]
+    return texts[-1] if texts else type(exc).__name__
+
+
+# (pattern in the driver's message, problem, what to check), first match wins. The patterns
+# are PostgreSQL's, libpq's and SQLite's own wording, stable across their releases.
+_KNOWN: tuple[tuple[str, str, str], ...] = (
+    (
+        "password authentication failed",
+        "authentication failed",
+        "check the user name and password (e.g. the variable the URL comes from, ${DB_URL})",
+    ),
+    (
+        "no password supplied",
+        "the server wants a password and the URL has none",
+        "add user:password to the URL, e.g. through ${DB_URL}",
+    ),
+    (
+        r'role ".*" does not exist',
+        "the database user does not exist",
+        "check the user name in the URL",
+    ),
+    (
+        r'database ".*" does not exist',
+        "the database does not exist on the server",
+        "create it (createdb NAME) or fix the database name at the end of the URL",
+    ),
+    (
+        "connection refused",
+        "cannot connect to the database server",
+        "check that the server runs and that host and port are right",
+    ),
+    (
+        "could not translate host name|failed to resolve host",
+        "unknown host",
+        "check the host name in the URL",
+    ),
+    (
+        "timeout expired",
+        "the database server did not answer in time",
+        "check host, port and firewalls",
+    ),
+    (
+        "file is not a database",
+        "the file exists but is not an SQLite database",
+        "point study.storage at a new file or at an existing study database",
+    ),
+    (
+        "unable to open database file",
+        "cannot create or open the SQLite file",
+        "check that its folder exists and is writable",
+    ),
+    (
+        "readonly database",
+        "the SQLite file is read-only",
+        "check the permissions of the file and of its folder",
+    ),
+)
+
+
+def storage_error(
+    exc: BaseException, url: str, *, source: str | Path | None = None
+) -> StorageError:
+    """One :class:`StorageError` line for any failure to open or use the storage at ``url``."""
+    if isinstance(exc, StorageError):
+        return exc
+    if isinstance(exc, OSError) and not _is_db_error(exc):
+        return _os_error(exc, url, source)
+    text = _one_line(redact_text(_driver_text(exc), url))
+    lowered = text.lower()
+    for pattern, problem, hint in _KNOWN:
+        if re.search(pattern, lowered):
+            return StorageError(f"{problem} ({text})", url=url, hint=hint, source=source)
+    return StorageError(
+        f"{type(exc).__name__}: {text}",
+        url=url,
+        hint="check the URL and that the database is reachable",
+        source=source,
+    )
+
+
+def _is_db_error(exc: BaseException) -> bool:
+    # psycopg's and sqlite3's errors are not OSErrors; but keep the check explicit.
+    return type(exc).__module__.split(".")[0] in ("psycopg", "psycopg2", "sqlite3", "sqlalchemy")
+
+
+def _os_error(exc: OSError, url: str, source: str | Path | None) -> StorageError:
+    where = f" {exc.filename}" if exc.filename else ""
+    reason = os.strerror(exc.errno) if exc.errno else str(exc)
+    if isinstance(exc, (NotADirectoryError, FileExistsError)):
+        hint = "a part of the path is a file, not a folder: choose another path"
+    elif isinstance(exc, PermissionError):
+        hint = "check that the folder is writable by this user"
+    else:
+        hint = "check that the path is on a writable local or shared disk"
+    return StorageError(f"cannot write{where}: {reason}", url=url, hint=hint, source=source)
+
+
+# -- outages ---------------------------------------------------------------------------------
+_DISCONNECT_WORDS = (
+    "connection refused",
+    "server closed the connection",
+    "terminating connection",
+    "connection is closed",
+    "connection already closed",
+    "could not connect",
+    "connection to server",
+    "the database system is shutting down",
+    "the database system is starting up",
+    "the database system is in recovery mode",
+    "ssl connection has been closed",
+    "connection reset",
+    "server closed",
+    "administrator command",
+    "broken pipe",
+    "connection timed out",
+    "consuming input failed",
+)
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """Whether ``exc`` (or a cause) means the database connection was lost or refused.
+
+    True for SQLAlchemy's disconnects (``connection_invalidated``), ``DisconnectionError`` and
+    psycopg's ``OperationalError``/``InterfaceError`` about the connection; False for anything
+    else (bad SQL, integrity errors, SQLite's "database is locked", which its busy timeout
+    already waits on).
+    """
+    for e in _chain(exc):
+        if getattr(e, "connection_invalidated", False):
+            return True
+        name = type(e).__name__
+        module = type(e).__module__.split(".")[0]
+        if name == "DisconnectionError" and module == "sqlalchemy":
+            return True
+        if module in ("sqlite3",):
+            return False
+        mro = {c.__name__ for c in type(e).__mro__}
+        if module in ("psycopg", "psycopg2") and "OperationalError" in mro:
+            # Its subclasses (AdminShutdown when a server stops mid-transaction,
+            # CannotConnectNow while it starts) are the server going away or coming back.
+            return True
+        if module == "sqlalchemy" and name == "PendingRollbackError":
+            return True  # a session whose connection dropped mid-transaction
+        if name in ("OperationalError", "InterfaceError") and module in (
+            "psycopg",
+            "psycopg2",
+            "sqlalchemy",
+            "pymysql",
+            "MySQLdb",
+        ):
+            text = str(e).lower()
+            if name == "InterfaceError" or any(w in text for w in _DISCONNECT_WORDS):
+                return True
+    return False
+
+
+def with_retry(
+    fn: Callable[[], T],
+    *,
+    retry_s: float,
+    what: str,
+    url: str,
+    on_retry: Callable[[BaseException, float], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """``fn()``, retried with exponential backoff (0.1 s doubling up to 4 s) while it fails
+    with a connection-level error, for at most ``retry_s`` seconds; then a one-line
+    :class:`StorageError` naming ``what``. Any other error propagates at once, unchanged.
+
+    ``on_retry(exc, waited_s)`` is called before each pause (e.g. to print "database
+    unreachable, retrying" once). ``fn`` must be safe to call again after a failure: Optuna's
+    RDB calls are single transactions, rolled back when the connection drops.
+    """
+    start = clock()
+    pause = _FIRST_BACKOFF_S
+    while True:
+        try:
+            return fn()
+        except Exception as exc:
+            if not is_connection_error(exc):
+                raise
+            waited = clock() - start
+            if waited >= retry_s:
+                error = storage_error(exc, url)
+                raise StorageError(
+                    f"{what} failed: the database stayed unreachable for {waited:.0f} s "
+                    f"({error.problem})",
+                    url=url,
+                    hint="check the server; rerun the same command to resume (trials are "
+                    "recorded for a retry), or raise study.storage_retry_s",
+                ) from None
+            if on_retry is not None:
+                on_retry(exc, waited)
+            sleep(min(pause, max(0.0, retry_s - waited)))
+            pause = min(pause * 2, _MAX_BACKOFF_S)

@@ -1,0 +1,181 @@
+"""The lines a run prints about itself that need more than a format string: the objective,
+the dashboard command, the trials a resumed run waits on, how to rerun failed trials.
+
+Pure functions of their arguments (no storage access), so each wording is tested directly.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shlex
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dvt_hpo.store.storage import journal_path, redact_url, storage_kind
+
+if TYPE_CHECKING:
+    import optuna
+
+    from dvt_hpo.study.events import TrialFinished
+    from dvt_hpo.study.front import Best
+    from dvt_hpo.studyfile import ObjectiveSpec
+
+
+def objective_text(objective: ObjectiveSpec) -> str:
+    """``maximize macro_f1 (best of epochs)``: the direction always shown in the start line."""
+    from dvt_hpo.studyfile.objective import describe_objective
+
+    return describe_objective(objective)
+
+
+def dashboard_available() -> bool:
+    return importlib.util.find_spec("optuna_dashboard") is not None
+
+
+def dashboard_hint(url: str, *, installed: bool | None = None) -> str:
+    """How to watch the study: an ``optuna-dashboard`` command that works when pasted (journal
+    files as the plain path optuna-dashboard expects; no ``***``: a password is left out and
+    said how to pass), or how to install optuna-dashboard."""
+    if not (dashboard_available() if installed is None else installed):
+        return "watch it in a browser: pip install 'dvt-hpo[dashboard]' (optuna-dashboard)"
+    journal = journal_path(url)
+    if journal is not None:
+        return f"watch it: optuna-dashboard {shlex.quote(str(journal))}"
+    redacted = redact_url(url)
+    if redacted == url:
+        return f"watch it: optuna-dashboard {shlex.quote(url)}"
+    without = redacted.replace(":***@", "@", 1)
+    if storage_kind(url) == "postgresql" and "***" not in without:
+        how = "set PGPASSWORD (or use ~/.pgpass) in the shell that runs it"
+    else:
+        how = "put it back in the URL"
+    return (
+        f"watch it: optuna-dashboard {shlex.quote(without)}  "
+        f"(the storage password is not shown: {how})"
+    )
+
+
+def waiting_line(
+    numbers: Sequence[int],
+    ages: Mapping[int, float],
+    *,
+    grace_period_s: float,
+    heartbeat_interval_s: float,
+) -> str:
+    """Which RUNNING trials of another (or a dead) orchestrator a run waits on, their
+    heartbeat ages and the longest wait before the stale rule retries them here."""
+    parts = [
+        f"trial {n} (last heartbeat {ages[n]:.0f} s ago)" if n in ages else f"trial {n}"
+        for n in numbers
+    ]
+    # A trial without a known age may have beaten just now: a whole grace period then.
+    known = [grace_period_s - ages[n] for n in numbers if n in ages]
+    longest = max(0.0, max(known) if len(known) == len(numbers) else grace_period_s)
+    return (
+        f"waiting for {len(numbers)} RUNNING trial(s) of another or a dead orchestrator: "
+        + ", ".join(parts)
+        + f". A trial whose heartbeat is older than study.grace_period_s={grace_period_s:g} s "
+        f"is failed and retried here: at most about {longest + heartbeat_interval_s:.0f} s "
+        "if their orchestrator is dead; as long as they run if it is alive"
+    )
+
+
+def fmt_params(params: Mapping[str, Any]) -> str:
+    return " ".join(
+        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items()
+    )
+
+
+def _names(metrics: str | Sequence[str]) -> list[str]:
+    return [metrics] if isinstance(metrics, str) else list(metrics)
+
+
+def values_text(names: str | Sequence[str], values: Sequence[float], digits: int = 4) -> str:
+    """``macro_f1=0.9100 latency_ms=3.2000``: every objective of a trial."""
+    return " ".join(f"{n}={v:.{digits}f}" for n, v in zip(_names(names), values, strict=False))
+
+
+def trial_line(event: TrialFinished, metric: str | Sequence[str]) -> str:
+    """The one line a finished trial gets (the study loop's and the progress view's);
+    ``metric``: the objective's name, or every objective's."""
+    names = _names(metric)
+    # A pruned trial has one value: its objective's last report.
+    values = event.values or (() if event.value is None else (event.value,))
+    value = values_text(names, values)
+    if event.feasible is False:
+        value += " infeasible"
+    bs = event.user_attrs.get("batch_size")
+    extra = f" batch={bs}" if isinstance(bs, int) else ""
+    reason = f" reason: {event.reason}" if event.reason and event.state != "COMPLETE" else ""
+    return (
+        f"trial {event.number:>3} {event.state:<8} {value:<18} "
+        f"{event.duration_s:6.1f}s  {fmt_params(event.params)}{extra}{reason}"
+    )
+
+
+def summary_lines(
+    trials: Sequence[optuna.trial.FrozenTrial],
+    best: Best | optuna.trial.FrozenTrial | None,
+    metric: str | Sequence[str],
+    study_file: Path,
+    *,
+    study_name: str = "",
+    constraints: Sequence[str] = (),
+) -> list[str]:
+    """The run's closing lines: trials by state, how to rerun failed ones, the best feasible
+    trial (one objective) or the feasible Pareto front (several), or that none is feasible."""
+    from dvt_hpo.study import recovery
+    from dvt_hpo.study.front import Best, no_feasible_message
+
+    counts: dict[str, int] = {}
+    counted = recovery.counted_numbers(list(trials))
+    for t in trials:
+        if t.system_attrs.get(recovery.OVER_BUDGET_ATTR):
+            state = "over budget (not counted)"
+        elif t.number not in counted:
+            state = "failed and retried"
+        else:
+            state = t.state.name.lower()
+        counts[state] = counts.get(state, 0) + 1
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    lines = [f"trials: {summary or 'none'}"]
+    failed = recovery.failed_not_retried(list(trials))
+    if failed:
+        lines.append(retry_hint(failed, study_file))
+    names = _names(metric)
+    chosen = best.trials if isinstance(best, Best) else (() if best is None else (best,))
+    if isinstance(best, Best) and best.none_feasible:
+        lines.append(no_feasible_message(best, study_name, constraints))
+    elif len(names) > 1 and chosen:
+        lines.append(f"Pareto front ({len(chosen)} trial(s), feasible only):")
+        lines.extend(
+            f"  trial {t.number}: {values_text(names, t.values)}  {fmt_params(t.params)}"
+            for t in chosen
+        )
+    elif chosen:
+        top = chosen[0]
+        lines.append(
+            f"best trial {top.number}: {values_text(names, top.values)}  {fmt_params(top.params)}"
+        )
+    return lines
+
+
+def retry_hint(failed: Sequence[int], study_file: Path) -> str:
+    return (
+        f"{len(failed)} failed trial(s) can run again with their params (counted within "
+        f"study.n_trials): dvt-hpo run {shlex.quote(str(study_file))} --retry-failed"
+    )
+
+
+__all__ = [
+    "dashboard_available",
+    "dashboard_hint",
+    "fmt_params",
+    "objective_text",
+    "retry_hint",
+    "summary_lines",
+    "trial_line",
+    "values_text",
+    "waiting_line",
+]

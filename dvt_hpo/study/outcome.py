@@ -1,0 +1,228 @@
+"""A trial's life as the orchestrator sees it: its phases, and the pure rule for its outcome.
+
+:func:`classify` turns what a finished trial left (the chief's result file, the other ranks'
+error files, the exit status, the flags the orchestrator raised while it ran) into the state
+Optuna records, the reason, and whether the attempt is retried. It does no I/O, so every rule
+is tested as a table, without processes.
+
+The rules, first match wins:
+
+1. the trial spoke another protocol version: FAIL, not retried (rerunning cannot help);
+2. it reported a NaN or infinite objective: FAIL "diverged at step k (metric=nan)"; the
+   orchestrator stopped it at that report (a diverged run never recovers, and a NaN can
+   neither be pruned on nor compared);
+3. the study pruned it: PRUNED;
+4. the chief wrote an ``ok`` result and the process exited 0 (or was stopped by us after it
+   wrote it): COMPLETE, whatever the interrupt and timeout flags say; a finished trial is
+   never thrown away ("completed trials are never touched"); a final objective that is NaN
+   or infinite (no finite value reported) is FAIL "diverged", never "not reported"; its
+   values and constraint values come from one epoch (:mod:`dvt_hpo.study.reduction`), and a
+   constraint metric never reported is FAIL naming it;
+5. the study was interrupted: FAIL, retried;
+6. it ran past ``trials.timeout_s``: FAIL;
+7. a rank raised: FAIL with the earliest error (under DDP the others often fail only because
+   of it), out-of-memory as the worker classified it;
+8. otherwise: FAIL with the exit status.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from dvt_hpo.study.reduction import choose_epoch, reduce_trial
+from dvt_hpo.studyfile.model import ConstraintSpec
+
+State = Literal["COMPLETE", "PRUNED", "FAIL"]
+History = Sequence[tuple[int, Mapping[str, float]]]
+
+
+class Phase(enum.Enum):
+    """Where one trial is; :class:`~dvt_hpo.study.trial_run.TrialRun` moves through them in order."""
+
+    ASKED = "asked"  # Optuna gave it a number and params; nothing started
+    LAUNCHING = "launching"  # payload written, process starting
+    RUNNING = "running"  # process alive, reports streaming
+    STOPPING = "stopping"  # pruned, timed out or interrupted: its process group is stopped
+    RECORDING = "recording"  # process gone: classifying and telling Optuna
+    FINISHED = "finished"  # told; the slot is free
+
+
+@dataclass(frozen=True)
+class Flags:
+    """What the orchestrator decided or saw while the trial ran."""
+
+    pruned_step: int | None = None
+    interrupted: bool = False
+    timed_out: bool = False
+    protocol_error: str | None = None
+    diverged: tuple[int, float] | None = None  # (step, value): the first non-finite objective
+    diverged_metric: str | None = None  # which objective (default: the first)
+
+
+@dataclass(frozen=True)
+class Objective:
+    metric: str  # the first objective
+    direction: Literal["minimize", "maximize"]
+    reduce: Literal["best", "last"] = "best"
+    others: tuple[str, ...] = ()  # the further objectives of a multi-objective study
+    constraints: tuple[ConstraintSpec, ...] = ()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.metric, *self.others)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The limits a reason names when the trial hit one."""
+
+    timeout_s: float | None = None
+    memory_limit: int | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    state: State
+    status: Literal["ok", "pruned", "failed", "timeout", "interrupted"]
+    value: float | None = None  # the first objective's
+    reason: str | None = None
+    retry: bool = False
+    traceback: str | None = None
+    values: tuple[float, ...] = ()  # every objective's (COMPLETE)
+    constraints: tuple[float, ...] = ()  # Optuna's convention, <= 0 feasible (COMPLETE, PRUNED)
+
+
+def describe_exit(returncode: int | None) -> str:
+    from dvt_hpo.process.tree import describe_exit as describe
+
+    return describe(returncode)
+
+
+def diverged_reason(step: int, metric: str, value: float) -> str:
+    return f"diverged at step {step} ({metric}={value})"
+
+
+def reduce_history(history: History, metric: str, direction: str, reduce: str) -> float | None:
+    """The objective value from the per-step history: ``best`` (direction-aware) or ``last``,
+    over the finite values (``None`` when there is none)."""
+    chosen = choose_epoch(history, (metric,), direction, reduce)
+    return None if chosen is None else float(history[chosen][1][metric])
+
+
+def first_error(
+    result: Mapping[str, Any] | None, rank_errors: Sequence[Mapping[str, Any]]
+) -> Mapping[str, Any] | None:
+    """The earliest error of any rank: under DDP the chief often fails only because another
+    rank died first, and the first failure is the cause."""
+    errors = [result] if result and result.get("status") == "error" else []
+    errors += [e for e in rank_errors if e.get("status", "error") == "error"]
+    if not errors:
+        return None
+    return min(errors, key=lambda e: float(e.get("time_unix", math.inf)))
+
+
+def classify(
+    result: Mapping[str, Any] | None,
+    exit_status: int | None,
+    flags: Flags,
+    *,
+    objective: Objective,
+    history: History = (),
+    rank_errors: Sequence[Mapping[str, Any]] = (),
+    limits: Limits = Limits(),
+) -> Outcome:
+    """The outcome of one finished trial process (see the module's rules)."""
+    if flags.protocol_error is not None:
+        return Outcome("FAIL", "failed", reason=flags.protocol_error)
+    if flags.diverged is not None:
+        step, value = flags.diverged
+        metric = flags.diverged_metric or objective.metric
+        return Outcome("FAIL", "failed", reason=diverged_reason(step, metric, value))
+    if flags.pruned_step is not None:
+        pruned = reduce_trial(
+            list(history),
+            objective.names,
+            objective.direction,
+            objective.reduce,
+            objective.constraints,
+            need_objectives=False,
+        )
+        return Outcome(
+            "PRUNED",
+            "pruned",
+            reason=f"pruned at step {flags.pruned_step}",
+            constraints=pruned.constraints,
+        )
+
+    ok = result is not None and result.get("status") == "ok"
+    stopped_by_us = flags.interrupted or flags.timed_out
+    if ok and not rank_errors and (exit_status == 0 or stopped_by_us):
+        assert result is not None
+        steps = list(history)
+        if not steps and isinstance(result.get("metrics"), Mapping) and result["metrics"]:
+            steps = [(0, result["metrics"])]
+        final = result.get("metrics") if isinstance(result.get("metrics"), Mapping) else None
+        reduced = reduce_trial(
+            steps,
+            objective.names,
+            objective.direction,
+            objective.reduce,
+            objective.constraints,
+            final,
+        )
+        if reduced.diverged is not None:
+            step, metric, bad = reduced.diverged
+            return Outcome("FAIL", "failed", reason=diverged_reason(step, metric, bad))
+        if reduced.failure is not None:
+            return Outcome("FAIL", "failed", reason=reduced.failure)
+        return Outcome(
+            "COMPLETE",
+            "ok",
+            value=reduced.values[0],
+            values=reduced.values,
+            constraints=reduced.constraints,
+        )
+
+    if flags.interrupted:
+        return Outcome(
+            "FAIL", "interrupted", reason="interrupted (the study was stopped)", retry=True
+        )
+    if flags.timed_out:
+        timeout = f"={limits.timeout_s:g}" if limits.timeout_s is not None else ""
+        return Outcome("FAIL", "timeout", reason=f"timed out after trials.timeout_s{timeout} s")
+
+    error = first_error(result, rank_errors)
+    if error is not None:
+        reason = error.get("reason")  # a command's failure says it all
+        if not isinstance(reason, str) or not reason:
+            reason = f"{error.get('exc_type', 'Error')}: {error.get('message', '')}".strip()
+        if error.get("rank", 0):
+            reason = f"rank {error['rank']}: {reason}"
+        if limits.memory_limit and error.get("out_of_memory") is True:
+            reason += f" (trials.memory_limit={limits.memory_limit} bytes)"
+        tb = error.get("traceback")
+        return Outcome(
+            "FAIL", "failed", reason=reason, traceback=tb if isinstance(tb, str) else None
+        )
+    if exit_status != 0:
+        return Outcome(
+            "FAIL", "failed", reason=f"trial process ended with {describe_exit(exit_status)}"
+        )
+    return Outcome("FAIL", "failed", reason="trial process exited without writing a result")
+
+
+__all__ = [
+    "Flags",
+    "Limits",
+    "Objective",
+    "Outcome",
+    "Phase",
+    "classify",
+    "diverged_reason",
+    "first_error",
+    "reduce_history",
+]

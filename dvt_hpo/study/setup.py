@@ -1,0 +1,180 @@
+"""Opening a study for a run: storage, direction and search-space checks, sampler and pruner,
+and the batch-size cache every worker shares through the study's system attrs."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dvt_hpo.exceptions import SpecError
+from dvt_hpo.store import compat
+from dvt_hpo.store.storage import HeartbeatSettings, create_or_load_study, redact_url, study_storage
+from dvt_hpo.store.stored_study import StoredStudy
+
+if TYPE_CHECKING:
+    import optuna
+
+    from dvt_hpo.studyfile import StudySpec
+
+ATTR_PREFIX = compat.ATTR_PREFIX
+CACHE_PREFIX = "dvt_hpo:batch_size_cache:"
+
+
+def open_study(
+    spec: StudySpec, *, allow_space_change: bool, out: Callable[[str], None]
+) -> tuple[optuna.Study, Any, int]:
+    """``(study, storage, study_id)``, created or loaded, checked against the study file."""
+    import optuna
+
+    from dvt_hpo.studyfile import build_pruner, build_sampler
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # We drive heartbeats ourselves around ask/tell (Optuna warns that they are meant for
+    # Study.optimize) and use fail_stale_trials knowingly (marked experimental).
+    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
+    warnings.filterwarnings("ignore", message=".*fail_stale_trials is experimental")
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+    def init(study: optuna.Study) -> None:
+        # Under the storage's creation lock: workers starting at the same instant on a fresh
+        # database see one study and one set of stored settings.
+        check_settings(study, spec, allow_space_change=allow_space_change, out=out)
+
+    study = create_or_load_study(
+        spec.study.storage,
+        spec.study.name,
+        list(spec.objective.directions),
+        heartbeat=HeartbeatSettings(
+            spec.study.heartbeat_interval_s, spec.study.grace_period_s, spec.trials.max_retries
+        ),
+        init=init,
+        source=spec.path,
+    )
+    storage = study_storage(study)
+    study_id = storage.get_study_id_from_name(spec.study.name)
+    # Replaced at this worker's first ask by reseeded_sampler (a seed unique to the worker);
+    # until then it only sees that ask's before_trial hook, which draws nothing.
+    existing = storage.get_n_trials(study_id)
+    study.sampler = build_sampler(
+        spec.study.sampler,
+        spec.search_space,
+        seed_offset=existing,
+        parallel=spec.trials.parallel,
+        constrained=bool(spec.objective.constraints),
+    )
+    study.pruner = build_pruner(spec.study.pruner)
+    with contextlib.suppress(Exception):
+        study.set_metric_names(list(spec.objective.names))
+    return study, storage, study_id
+
+
+def reseeded_sampler(spec: StudySpec, first_number: int) -> optuna.samplers.BaseSampler:
+    """The run's sampler seeded with ``sampler.seed + first_number``, the number of the first
+    trial this worker asked (see :meth:`StudyRunner._launch`)."""
+    from dvt_hpo.studyfile import build_sampler
+
+    return build_sampler(
+        spec.study.sampler,
+        spec.search_space,
+        seed_offset=first_number,
+        parallel=spec.trials.parallel,
+        constrained=bool(spec.objective.constraints),
+    )
+
+
+def runs_dir_problem(path: Path) -> str | None:
+    """Why trial folders cannot be made under ``path`` (``None`` when they can), found without
+    creating anything: the folder, or its nearest existing ancestor, must be a writable
+    folder."""
+    existing = path
+    while not existing.exists():
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if existing != path and not existing.is_dir():
+        return f"{str(existing)!r} is a file, so {str(path)!r} cannot be created"
+    if not existing.is_dir():
+        return f"{str(path)!r} is not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        what = "" if existing == path else f" (its nearest existing folder {str(existing)!r})"
+        return f"{str(path)!r}{what} is not writable by this user"
+    return None
+
+
+def check_runs_dir(spec: StudySpec) -> None:
+    """SpecError (exit 2) when ``trials.runs_dir`` cannot hold trial folders."""
+    problem = runs_dir_problem(spec.trials.runs_dir)
+    if problem is not None:
+        raise SpecError(
+            f"{problem}; trials.runs_dir must be a folder this user can create and write",
+            file=spec.path,
+            field="trials.runs_dir",
+        )
+
+
+def study_settings(spec: StudySpec) -> dict[str, Any]:
+    """What a study records about how it was run (compared on every resume), by name."""
+    return {
+        key[len(compat.ATTR_PREFIX) :]: value for key, value in compat.settings_attrs(spec).items()
+    }
+
+
+def check_settings(
+    study: optuna.Study, spec: StudySpec, *, allow_space_change: bool, out: Callable[[str], None]
+) -> None:
+    """Refuse a study file that no longer fits the stored study (:mod:`dvt_hpo.store.compat`), say
+    what changed that is allowed, and store the file's settings."""
+    comparison = compat.compare(
+        spec, StoredStudy.from_study(study), allow_space_change=allow_space_change
+    )
+    error = compat.refusal_error(spec, comparison, redact_url(spec.study.storage))
+    if error is not None:
+        raise error
+    if comparison.space_changes:
+        out("search space changed: " + "; ".join(comparison.space_changes))
+    for note in comparison.notes:
+        out(f"note: {note}")
+    attrs = study.user_attrs
+    for key, value in compat.settings_attrs(spec).items():
+        if attrs.get(key) != value:
+            study.set_user_attr(key, value)
+    storage, study_id = study._storage, study._study_id
+    stored = storage.get_study_system_attrs(study_id)
+    for key, value in compat.system_attrs(spec).items():
+        if stored.get(key) != value:
+            storage.set_study_system_attr(study_id, key, value)
+
+
+class StudyCache:
+    """The batch-size cache: study system attrs, so every worker and resume shares it."""
+
+    def __init__(self, storage: Any, study_id: int, lock: threading.RLock) -> None:
+        self._storage = storage
+        self._study_id = study_id
+        self._lock = lock
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        with self._lock:
+            value = self._storage.get_study_system_attrs(self._study_id).get(CACHE_PREFIX + key)
+        return value if isinstance(value, dict) else None
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        with self._lock:
+            self._storage.set_study_system_attr(self._study_id, CACHE_PREFIX + key, value)
+
+
+__all__ = [
+    "ATTR_PREFIX",
+    "CACHE_PREFIX",
+    "StudyCache",
+    "check_runs_dir",
+    "check_settings",
+    "open_study",
+    "reseeded_sampler",
+    "runs_dir_problem",
+]

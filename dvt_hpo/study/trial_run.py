@@ -1,0 +1,475 @@
+"""One trial's run: payload, process group, control socket, reports, and what Optuna records.
+
+A :class:`TrialRun` moves through :class:`~dvt_hpo.study.outcome.Phase` in order on a thread of
+its own; the control server calls its handler methods on the server's threads, so everything
+they share with the study loop goes through the loop's study lock. What happened is decided by
+the pure :func:`~dvt_hpo.study.outcome.classify`; this module only gathers its inputs and records
+its answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from dvt_hpo.atomic import read_json
+from dvt_hpo.process import launch
+from dvt_hpo.process.devices import Slot
+from dvt_hpo.process.tree import TrialProcess, describe_exit
+from dvt_hpo.study import recovery, space
+from dvt_hpo.study.constraints import store_constraints
+from dvt_hpo.study.events import TrialReported
+from dvt_hpo.study.outcome import Flags, Limits, Objective, Outcome, Phase, classify
+from dvt_hpo.wire.control_server import ControlServer
+from dvt_hpo.wire.payload import CommandPayload, TrialLimits, TrialPayload
+from dvt_hpo.wire.protocol import ENV_LAUNCHED, Hello
+
+if TYPE_CHECKING:
+    import optuna
+
+    from dvt_hpo.study.loop import StudyRunner
+
+# Per metric, at most this many [step, value] points in the ``history`` user attr: Optuna
+# stores user attrs as JSON text, and the dashboard draws a curve, not a log.
+MAX_HISTORY_POINTS = 1000
+_STDERR_TAIL_LINES = 50
+_ATTR_TEXT_CHARS = 8000
+
+
+@dataclass
+class TrialOutcome:
+    """What the study loop learns when a trial is over."""
+
+    number: int
+    trial_id: int
+    state: str  # COMPLETE | PRUNED | FAIL
+    value: float | None
+    params: dict[str, Any]
+    duration_s: float
+    reason: str | None = None
+    interrupted: bool = False
+    batch_size: int | None = None
+    user_attrs: dict[str, Any] = field(default_factory=dict)
+    values: tuple[float, ...] = ()  # every objective's (COMPLETE)
+    constraints: tuple[float, ...] = ()  # <= 0 feasible; () when unconstrained or failed
+
+
+def cache_key(config: Mapping[str, Any], keys: tuple[str, ...], extra: Mapping[str, Any]) -> str:
+    """Hash of the config values that decide a trial's memory footprint."""
+    values: dict[str, Any] = {}
+    for path in keys:
+        try:
+            values[path] = space.get_path(config, path)
+        except (KeyError, IndexError, AttributeError):
+            values[path] = None
+    blob = json.dumps({"keys": values, "extra": extra}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+def history_attr(
+    history: list[tuple[int, dict[str, float]]], limit: int = MAX_HISTORY_POINTS
+) -> dict[str, list[list[float]]]:
+    """``{metric: [[step, value], ...]}``; a metric with more than ``limit`` points keeps
+    ``limit`` of them evenly spread, the first and the last included."""
+    series: dict[str, list[list[float]]] = {}
+    for step, metrics in history:
+        for name, value in metrics.items():
+            # JSON has no NaN: a diverged value is kept as None.
+            point = None if isinstance(value, float) and not math.isfinite(value) else value
+            series.setdefault(name, []).append([step, point])  # type: ignore[list-item]
+    for name, points in series.items():
+        if len(points) > limit:
+            last = len(points) - 1
+            series[name] = [points[round(i * last / (limit - 1))] for i in range(limit)]
+    return series
+
+
+class TrialRun:
+    """One trial: its payload, process group, control socket and the reports it streams."""
+
+    def __init__(
+        self,
+        loop: StudyRunner,
+        trial: optuna.Trial,
+        params: dict[str, Any],
+        config: dict[str, Any],
+        slot: Slot,
+    ) -> None:
+        self.loop = loop
+        self.spec = loop.spec
+        self.trial = trial
+        self.trial_id: int = trial._trial_id  # Optuna exposes no public id; storages need it
+        self.number = trial.number
+        self.params = params
+        self.config = config
+        self.slot = slot
+        self.phase = Phase.ASKED
+        self.history: list[tuple[int, dict[str, float]]] = []
+        self.pruned_step: int | None = None
+        self.diverged: tuple[int, float] | None = None  # (step, value) of a NaN/inf objective
+        self.diverged_metric: str | None = None
+        self.protocol_error: str | None = None
+        self.attrs: dict[str, Any] = {}
+        self.stop_event = threading.Event()
+        self.interrupted = False
+        self.timed_out = False
+        self.process: TrialProcess | None = None
+        self.start_time = time.monotonic()
+        self.trial_dir = self.spec.trials.runs_dir / f"trial-{self.number:04d}"
+        self.thread = threading.Thread(
+            target=self._run_safely, name=f"trial-{self.number}", daemon=True
+        )
+
+    # -- control-socket handler (called on the server's threads) --------------------------
+    def on_hello(self, hello: Hello) -> None:
+        return None
+
+    def on_protocol_error(self, message: str) -> None:
+        self.protocol_error = message
+        self.stop_event.set()
+
+    def on_report(self, step: int, metrics: dict[str, float]) -> bool:
+        self.history.append((int(step), dict(metrics)))
+        if self.pruned_step is not None or self.diverged is not None:
+            return True
+        objective = self.spec.objective
+        for name in objective.names:
+            reported = metrics.get(name)
+            if reported is not None and not math.isfinite(float(reported)):
+                # A diverged run never recovers and Optuna cannot prune on NaN: stop it now
+                # (the "prune" answer makes the trainer leave cleanly) and record it FAIL
+                # "diverged".
+                self.diverged = (int(step), float(reported))
+                self.diverged_metric = name
+                self.stop_event.set()
+                return True
+        if objective.is_multi:
+            # Optuna cannot prune multi-objective trials (Trial.report raises): the epoch is
+            # only stored, so status and the dashboard show where the trial is.
+            self._set_attrs({"last_step": int(step), "last_metrics": dict(metrics)})
+            return False
+        value = metrics.get(objective.metric)
+        prune = False
+        if value is not None:
+
+            def decide() -> bool:
+                self.trial.report(float(value), int(step))
+                return bool(self.trial.should_prune())
+
+            with self.loop.study_lock:
+                prune = self.loop.db(decide, "a pruning decision")
+        if prune:
+            self.pruned_step = int(step)
+            self.stop_event.set()
+        return prune
+
+    def on_reported(self, step: int, metrics: dict[str, float], prune: bool) -> None:
+        elapsed_s = time.monotonic() - self.start_time
+        self.loop.observers.trial_reported(
+            TrialReported(self.number, int(step), dict(metrics), round(elapsed_s, 3))
+        )
+
+    def on_attrs(self, attrs: dict[str, Any]) -> None:
+        self.attrs.update(attrs)
+        self._set_attrs(attrs)
+
+    def on_cache_get(self, key: str) -> dict[str, Any] | None:
+        return self.loop.cache.get(key)
+
+    def on_cache_put(self, key: str, value: dict[str, Any]) -> None:
+        self.loop.cache.put(key, value)
+
+    # -- life -------------------------------------------------------------------------
+    def start(self) -> None:
+        self.thread.start()
+
+    def interrupt(self) -> None:
+        self.interrupted = True
+        self.stop_event.set()
+
+    def payload(self) -> TrialPayload:
+        spec = self.spec
+        bs = spec.batch_size
+        precision = self.config.get("precision", {}) if isinstance(self.config, dict) else {}
+        extra = {
+            "entrypoint": spec.trainer.entrypoint,
+            "precision": precision,
+            "launcher": spec.trials.launcher,
+            "nproc": spec.trials.nproc_per_node,
+            "memory_limit": spec.trials.memory_limit,
+        }
+        return TrialPayload(
+            entrypoint=spec.trainer.entrypoint,
+            config=self.config,
+            params=self.params,
+            study_name=spec.study.name,
+            trial_number=self.number,
+            batch_size=bs,
+            cache_key=cache_key(self.config, bs.memory_keys, extra) if bs.auto else None,
+            devices=spec.trials.devices,
+            gpus=self.slot.gpus,
+            limits=TrialLimits(
+                report_timeout_s=spec.trials.report_timeout_s,
+                timeout_s=spec.trials.timeout_s,
+                memory_limit=spec.trials.memory_limit,
+            ),
+            trial_dir=str(self.trial_dir),
+            study_dir=str(spec.path.parent),
+            command=self._command(),
+        )
+
+    def _command(self) -> CommandPayload | None:
+        trainer = self.spec.trainer
+        if trainer.command is None:
+            return None
+        return CommandPayload(
+            argv=trainer.command,
+            metrics_pattern=trainer.metrics_pattern,
+            names={dim.name: dim.path for dim in self.spec.search_space},
+            stop_grace_s=self.spec.trials.stop_grace_s,
+        )
+
+    def _run_safely(self) -> None:
+        try:
+            outcome = self._run()
+        except BaseException as exc:  # noqa: BLE001 - a bug here must not hang the study
+            reason = f"orchestrator error: {type(exc).__name__}: {exc}"
+            try:
+                outcome = self._record(Outcome("FAIL", "failed", reason=reason), None)
+            except BaseException:  # noqa: BLE001 - the loop must hear of this trial anyway
+                duration_s = time.monotonic() - self.start_time
+                outcome = TrialOutcome(
+                    self.number, self.trial_id, "FAIL", None, self.params, duration_s, reason
+                )
+                # Recording failed too: at least end it in the study (else it stays RUNNING
+                # until its heartbeat goes stale and is retried as if its orchestrator died).
+                with contextlib.suppress(Exception), self.loop.study_lock:
+                    self.loop.storage.set_trial_state_values(self.trial_id, _state("FAIL"))
+        self.phase = Phase.FINISHED
+        self.loop.events.put(outcome)
+
+    def _run(self) -> TrialOutcome:
+        spec = self.spec
+        self.phase = Phase.LAUNCHING
+        if self.trial_dir.exists():
+            shutil.rmtree(self.trial_dir)
+        self.trial_dir.mkdir(parents=True)
+        payload_path = self.trial_dir / "payload.json"
+        self.payload().write(payload_path)
+
+        with ControlServer(None, self) as server:
+            env = launch.trial_env(
+                self.loop.child_env, self.slot, server.path, spec.trials.memory_limit
+            )
+            self._set_attrs(
+                {"log_dir": str(self.trial_dir), "host": socket.gethostname()}
+                | (
+                    {"devices": self.slot.cuda_visible_devices}
+                    if self.slot.cuda_visible_devices is not None
+                    else {}
+                )
+            )
+            env[ENV_LAUNCHED] = repr(time.time())
+            self.process = self.loop.launcher.start(payload_path, env, self.trial_dir)
+            if self.process.warm:
+                self._set_attrs({"warm_start": True})
+            self.phase = Phase.RUNNING
+            waiter = threading.Thread(
+                target=self._wait_exit, name=f"trial-{self.number}-wait", daemon=True
+            )
+            waiter.start()
+            if not self.stop_event.wait(spec.trials.timeout_s):
+                self.timed_out = True
+            self.phase = Phase.STOPPING
+            stopped_by_answer = self.pruned_step is not None or self.diverged is not None
+            if stopped_by_answer and self.process.poll() is None:
+                # The chief raises TrialPruned on the decision and exits on its own; a signal
+                # now would turn its clean "pruned" into "stopped". The grace bounds the wait.
+                self.process.wait(spec.trials.stop_grace_s)
+            if self.process.poll() is None:
+                self.process.stop(spec.trials.stop_grace_s)
+            returncode = self.process.wait(None)
+            # The last reports and attrs may still be in flight on the socket.
+            server.drain(timeout_s=5)
+        self.phase = Phase.RECORDING
+        return self._conclude(returncode)
+
+    def _wait_exit(self) -> None:
+        assert self.process is not None
+        self.process.wait(None)
+        self.stop_event.set()
+
+    def _conclude(self, returncode: int | None) -> TrialOutcome:
+        spec = self.spec
+        result = read_json(self.trial_dir / "result.json")
+        if not isinstance(result, dict):
+            result = None
+        rank_errors = [
+            data
+            for path in sorted(self.trial_dir.glob("error-rank*.json"))
+            if isinstance(data := read_json(path), dict)
+        ]
+        outcome = classify(
+            result,
+            returncode,
+            Flags(
+                self.pruned_step,
+                self.interrupted,
+                self.timed_out,
+                self.protocol_error,
+                self.diverged,
+                self.diverged_metric,
+            ),
+            objective=Objective(
+                spec.objective.metric,
+                spec.objective.direction,
+                spec.objective.reduce,
+                others=spec.objective.names[1:],
+                constraints=spec.objective.constraints,
+            ),
+            history=self.history,
+            rank_errors=rank_errors,
+            limits=Limits(spec.trials.timeout_s, spec.trials.memory_limit),
+        )
+        if result and isinstance(result.get("startup_s"), (int, float)):
+            # Launch to the entry point's call: what a warm start saves.
+            self._set_attrs({"startup_s": result["startup_s"]})
+        if result and result.get("status") == "ok" and result.get("metrics"):
+            self._set_attrs({"final_metrics": result["metrics"]})
+        return self._record(outcome, returncode)
+
+    def _record(self, outcome: Outcome, returncode: int | None) -> TrialOutcome:
+        """Store the trial's attrs and tell Optuna (a retried FAIL through the recovery rule:
+        one copy per failed attempt, whichever worker notices first)."""
+        duration_s = time.monotonic() - self.start_time
+        attrs: dict[str, Any] = {
+            "duration_s": round(duration_s, 3),
+            "exit": describe_exit(returncode) if returncode is not None else "unknown",
+            "epochs_reported": len(self.history),
+            "status": outcome.status,
+        }
+        if self.history:
+            attrs["last_step"] = self.history[-1][0]
+            attrs["last_metrics"] = self.history[-1][1]
+            attrs["history"] = history_attr(self.history)
+        if self.pruned_step is not None:
+            attrs["pruned_step"] = self.pruned_step
+        if self.diverged is not None:
+            attrs["diverged_step"] = self.diverged[0]
+        if outcome.state == "FAIL":
+            attrs["reason"] = (outcome.reason or "")[:2000]
+            tail = launch.tail_lines(self.trial_dir / "stderr.log", _STDERR_TAIL_LINES)
+            if tail:
+                attrs["stderr_tail"] = tail[-_ATTR_TEXT_CHARS:]
+            if outcome.traceback:
+                attrs["traceback"] = outcome.traceback[-_ATTR_TEXT_CHARS:]
+        self._set_attrs(attrs)
+        value = outcome.value
+        told: float | list[float] | None = (
+            list(outcome.values) if self.spec.objective.is_multi else value
+        )
+        with self.loop.study_lock:
+            study = self.loop.study
+            if outcome.state in ("COMPLETE", "PRUNED") and self.spec.objective.constraints:
+                # Before the tell, for every sampler: best_trial(s) and the dashboard read
+                # them; samplers with a constraints_func read them back at the tell.
+                self.loop.db(
+                    lambda: store_constraints(
+                        self.loop.storage, self.trial_id, outcome.constraints
+                    ),
+                    "recording",
+                )
+            # skip_if_finished: a tell retried after an outage may have landed the first time.
+            if outcome.state == "COMPLETE":
+                self.loop.db(
+                    lambda: tell(study, self.trial, told, skip_if_finished=True), "recording"
+                )
+            elif outcome.state == "PRUNED":
+                value = self.loop.db(
+                    lambda: (
+                        tell(study, self.trial, state=_state("PRUNED"), skip_if_finished=True).value
+                    ),
+                    "recording",
+                )
+            elif outcome.retry:
+                recovery.fail_attempt(
+                    study,
+                    self.loop.storage,
+                    self.trial_id,
+                    retry=True,
+                    max_retries=self.spec.trials.max_retries,
+                )
+            else:
+                self.loop.db(
+                    lambda: tell(study, self.trial, state=_state("FAIL"), skip_if_finished=True),
+                    "recording",
+                )
+        self._apply_keep_logs(outcome.state)
+        bs = self.attrs.get("batch_size")
+        return TrialOutcome(
+            number=self.number,
+            trial_id=self.trial_id,
+            state=outcome.state,
+            value=value,
+            params=self.params,
+            duration_s=duration_s,
+            reason=outcome.reason if outcome.state != "COMPLETE" else None,
+            interrupted=outcome.retry,
+            batch_size=bs if isinstance(bs, int) else None,
+            user_attrs={**self.attrs, **attrs},
+            values=outcome.values,
+            constraints=outcome.constraints,
+        )
+
+    def _apply_keep_logs(self, state: str) -> None:
+        """``trials.keep_logs``: a finished trial's folder is removed unless the rule keeps it
+        (``all``; ``failed`` keeps FAIL only; ``none`` keeps nothing)."""
+        keep = self.spec.trials.keep_logs
+        if keep == "all" or (keep == "failed" and state == "FAIL"):
+            return
+        shutil.rmtree(self.trial_dir, ignore_errors=True)
+        self._set_attrs({"log_dir": f"removed (trials.keep_logs={keep})"})
+
+    def _set_attrs(self, attrs: Mapping[str, Any]) -> None:
+        import optuna
+
+        with self.loop.study_lock:
+            for key, value in attrs.items():
+                try:
+                    self.loop.db(
+                        lambda key=key, value=value: self.trial.set_user_attr(key, value),
+                        "recording",
+                    )
+                except optuna.exceptions.UpdateFinishedTrialError:
+                    # Another worker failed it as stale (and retried it): its record stands.
+                    return
+
+
+def tell(study: optuna.Study, trial: optuna.Trial, *args: Any, **kwargs: Any) -> Any:
+    """``study.tell``, where a sampler's ``study.stop()`` is not an error. The grid sampler
+    stops the study when its grid is used up; outside ``Study.optimize`` Optuna raises that as
+    a RuntimeError after the trial was recorded. The loop's own budget decides when to stop."""
+    try:
+        return study.tell(trial, *args, **kwargs)
+    except RuntimeError as exc:
+        if "Study.stop" not in str(exc):
+            raise
+        return study._storage.get_trial(trial._trial_id)
+
+
+def _state(name: str) -> Any:
+    from optuna.trial import TrialState
+
+    return TrialState[name]
+
+
+__all__ = ["MAX_HISTORY_POINTS", "TrialOutcome", "TrialRun", "cache_key", "history_attr", "tell"]

@@ -1,0 +1,133 @@
+""":func:`load_spec`: a study file (and its ``--set`` overrides) -> a validated :class:`StudySpec`.
+
+Reads the file with line numbers, applies the overrides, reads each section group, then runs
+the cross-section checks (Optuna builds the sampler and pruner once) and, for ``run`` and
+``validate``, the runnable checks of :mod:`dvt_hpo.study.preflight` (the entry point's module
+found and its function defined, the storage driver, the GPUs, the built-in trainer's own
+config). The first
+problem raises :class:`~dvt_hpo.exceptions.SpecError` naming the file, the line, the dotted
+field, the rule and the value. Loading writes nothing anywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from dvt_hpo.config.hints import describe, did_you_mean
+from dvt_hpo.config.paths import format_path
+from dvt_hpo.config.source import Doc, apply_override, parse_override, read_yaml
+from dvt_hpo.exceptions import SpecError
+from dvt_hpo.store.storage import redact_url
+from dvt_hpo.study import preflight as runnable
+from dvt_hpo.studyfile.batch import read_batch_size
+from dvt_hpo.studyfile.command import check_command
+from dvt_hpo.studyfile.fields import Reader
+from dvt_hpo.studyfile.model import Condition, StudySpec
+from dvt_hpo.studyfile.objective import read_objective
+from dvt_hpo.studyfile.search import read_search_space
+from dvt_hpo.studyfile.study import check_algorithms, read_study, read_tracking
+from dvt_hpo.studyfile.trainer import read_trainer
+from dvt_hpo.studyfile.trials import read_trials
+
+__all__ = ["SECTIONS", "load_spec", "spec_to_dict"]
+
+SECTIONS = ("study", "objective", "trials", "batch_size", "trainer", "search_space", "tracking")
+
+
+def load_spec(
+    path: str | Path, overrides: Sequence[str] = (), *, check_runnable: bool = False
+) -> StudySpec:
+    """Read and validate a study file; ``overrides`` are ``--set PATH=VALUE`` strings.
+
+    Overrides are parsed as YAML and applied to the file's tree before validation
+    (``study.n_trials=20``, ``trainer.config.epochs=3``, ``search_space[0].high=0.5`` or
+    ``search_space.0.high=0.5``). Raises :class:`SpecError` for the first problem found.
+    Nothing is written anywhere. ``check_runnable`` also checks what running needs beyond a
+    valid file: the entry point's module, the storage driver and the GPUs named.
+    """
+    shown = str(path)
+    absolute = Path(path).expanduser().resolve()
+    parsed = [parse_override(text) for text in overrides]
+    doc = Doc(shown)
+    root = read_yaml(absolute, shown, doc, (), "the study file")
+    if root is None:
+        raise SpecError(
+            "the study file is empty; it needs at least study, trainer and search_space", file=shown
+        )
+    if not isinstance(root, dict):
+        raise SpecError(
+            f"a study file must be a mapping of sections ({', '.join(SECTIONS)}), got "
+            f"{describe(root)}",
+            file=shown,
+            line=doc.loc(())[1],
+        )
+    # Overrides into the trainer config wait until a config_file is read in.
+    deferred = [o for o in parsed if o.parts[:2] == ("trainer", "config") and len(o.parts) > 2]
+    for override in parsed:
+        if override not in deferred:
+            apply_override(doc, root, override)
+    for name in root:
+        if not isinstance(name, str) or name not in SECTIONS:
+            raise doc.error(
+                (name,),
+                f"unknown section {name!r}{did_you_mean(str(name), SECTIONS)} (sections: "
+                f"{', '.join(SECTIONS)})",
+            )
+    reader = Reader(doc, absolute, shown)
+    trials_raw = root.get("trials")
+    # The study's sampler defaults depend on how many trials run at once.
+    parallel = trials_raw.get("parallel", 1) if isinstance(trials_raw, Mapping) else 1
+    # The objective first: several objectives change the sampler and pruner defaults.
+    objective = read_objective(reader, root)
+    study = read_study(
+        reader,
+        root,
+        parallel if isinstance(parallel, int) else 1,
+        multi_objective=objective.is_multi,
+    )
+    trials = read_trials(reader, root, study.name)
+    trainer, schema = read_trainer(reader, root, deferred)
+    dims = read_search_space(reader, root, schema, trainer.config)
+    batch_size = read_batch_size(reader, root, schema, trainer.config, dims)
+    check_command(reader, trainer, dims, batch_size)
+    tracking = read_tracking(reader, root)
+    check_algorithms(reader, study, dims)
+    spec = StudySpec(
+        path=absolute,
+        study=study,
+        objective=objective,
+        trials=trials,
+        batch_size=batch_size,
+        trainer=trainer,
+        search_space=dims,
+        tracking=tracking,
+        locations={format_path(k): (f, line) for k, (f, line) in doc.locs.items()},
+    )
+    if check_runnable:
+        runnable.check_runnable(doc, spec)
+    return spec
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Condition):
+        return {name: _plain(values) for name, values in value.equals.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def spec_to_dict(spec: StudySpec) -> dict[str, Any]:
+    """A JSON-safe dict of ``spec`` (paths as strings, the storage URL's password redacted)."""
+    data = _plain(spec)
+    data.pop("locations", None)
+    data["study"]["storage"] = redact_url(spec.study.storage)
+    return data

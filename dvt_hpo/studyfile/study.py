@@ -1,0 +1,392 @@
+"""Sections ``study`` (name, storage, budget, heartbeats, sampler and pruner) and ``tracking``
+(``objective`` is :mod:`dvt_hpo.studyfile.objective`).
+
+Plain fields are checked by the schema engine from :mod:`dvt_hpo.studyfile.model`; the code here
+checks storage URLs, the share form of ``max_failures`` and sampler/pruner arguments against
+the real Optuna class signatures, and fills every default (``grace_period_s``, TPE's
+``constant_liar`` when trials run in parallel) so the runtime never fills one again.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dvt_hpo.config.hints import describe, did_you_mean
+from dvt_hpo.config.source import Key
+from dvt_hpo.exceptions import SpecError
+from dvt_hpo.store.urls import expand_env, redact_url, resolve_url
+from dvt_hpo.study import optuna_factory, space
+from dvt_hpo.study.optuna_factory import build_pruner, build_sampler
+from dvt_hpo.studyfile.fields import Reader
+from dvt_hpo.studyfile.model import (
+    Dimension,
+    MlflowSpec,
+    PrunerSpec,
+    SamplerSpec,
+    StudySection,
+    TrackingSpec,
+)
+
+__all__ = ["check_algorithms", "check_multi_objective", "read_study", "read_tracking"]
+
+STORAGE_DIALECTS = ("sqlite", "journal", "postgresql", "mysql", "mariadb", "oracle", "mssql")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_URL_RE = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*)://(?P<rest>.*)$", re.DOTALL)
+# A grid larger than this is a mistake (a float step of 1e-6), and GridSampler lists it whole.
+_MAX_GRID_POINTS = 1_000_000
+# Parameters taking Python objects (callables, samplers, trials) cannot be written in YAML.
+_OBJECT_ANNOTATIONS = (
+    "Callable",
+    "Sampler",
+    "Pruner",
+    "Mutation",
+    "Crossover",
+    "FrozenTrial",
+    "Study",
+    "ndarray",
+)
+_MAX_FAILURES_RULE = (
+    "an integer >= 1 (a number of failed trials), a float in (0, 1) (a share of study.n_trials: "
+    "the run stops after ceil(share * n_trials) failed trials) or null"
+)
+
+
+def read_study(
+    r: Reader, root: Mapping[str, Any], parallel: int, *, multi_objective: bool = False
+) -> StudySection:
+    """``multi_objective``: the study has several objectives, so the sampler defaults to
+    NSGA-II, pruning is off (Optuna cannot prune multi-objective trials: ``Trial.report``
+    raises) and samplers that refuse several objectives are refused here."""
+    key: Key = ("study",)
+    if "study" not in root:
+        raise r.err(key, "missing required section 'study' (it needs at least a name)")
+    raw = root["study"]
+    if isinstance(raw, dict) and raw.get("grace_period_s", 0) is None:
+        raw = {k: v for k, v in raw.items() if k != "grace_period_s"}  # null: the default
+    sec = r.section(StudySection, raw, key, "section 'study'")
+    name = sec["name"]
+    if not _NAME_RE.match(name) or len(name) > 128:
+        raise r.err(
+            (*key, "name"),
+            "must start with a letter or digit and hold only letters, digits, '.', '_' and "
+            f"'-' (at most 128; it names files such as <name>.db), got {name!r}",
+        )
+    storage = read_storage(r, sec, key, name)
+    n_trials = sec.get("n_trials")
+    max_failures = read_max_failures(r, sec, key, n_trials)
+    heartbeat = sec.get("heartbeat_interval_s", 10)
+    grace = sec.get("grace_period_s", 2 * heartbeat)
+    if grace <= heartbeat:
+        raise r.err(
+            (*key, "grace_period_s"),
+            f"must be greater than heartbeat_interval_s ({heartbeat}), or a live trial would "
+            f"be taken for dead between two heartbeats, got {grace}",
+        )
+    sampler_kind, sampler_kwargs = read_algorithm(
+        r,
+        sec,
+        key,
+        "sampler",
+        "nsga2" if multi_objective else "tpe",
+        optuna_factory.SAMPLER_CLASSES,
+    )
+    if multi_objective:
+        check_multi_objective(r, sec, key, sampler_kind)
+    if sampler_kind == "tpe" and parallel > 1:
+        # Parallel trials would all sample the same promising point without it.
+        sampler_kwargs.setdefault("constant_liar", True)
+    pruner_kind, pruner_kwargs = read_algorithm(
+        r,
+        sec,
+        key,
+        "pruner",
+        "none" if multi_objective else "median",
+        optuna_factory.PRUNER_CLASSES,
+    )
+    return StudySection(
+        name=name,
+        storage=storage,
+        n_trials=n_trials,
+        timeout_s=sec.get("timeout_s"),
+        sampler=SamplerSpec(sampler_kind, sampler_kwargs),
+        pruner=PrunerSpec(pruner_kind, pruner_kwargs),
+        max_failures=max_failures,
+        heartbeat_interval_s=heartbeat,
+        grace_period_s=grace,
+        storage_retry_s=sec.get("storage_retry_s", 120.0),
+    )
+
+
+def read_storage(r: Reader, sec: Mapping[str, Any], key: Key, name: str) -> str:
+    """The storage URL, relative sqlite and journal files resolved against the study folder."""
+    fkey = (*key, "storage")
+    value = sec.get("storage")
+    if value is None:
+        return f"sqlite:///{(r.dir / f'{name}.db').resolve()}"
+    examples = (
+        "'sqlite:///study.db' (relative to the study file), 'sqlite:////abs/study.db', "
+        "'journal:///study.log' or 'postgresql://user:password@host/db'"
+    )
+    if not isinstance(value, str):
+        raise r.err(fkey, f"must be a storage URL such as {examples}, got {describe(value)}")
+    value = _expanded(r, fkey, value)
+    shown = redact_url(value)
+    match = _URL_RE.match(value.strip())
+    if match is None:
+        raise r.err(fkey, f"must be a storage URL such as {examples}, got {shown!r}")
+    scheme = match["scheme"]
+    dialect = scheme.split("+", 1)[0].lower()
+    if dialect not in STORAGE_DIALECTS:
+        raise r.err(
+            fkey,
+            f"unknown storage scheme {scheme!r} in {shown!r}{did_you_mean(dialect, STORAGE_DIALECTS)} "
+            f"(supported: sqlite:///FILE, journal:///FILE, or a SQLAlchemy URL of "
+            f"{', '.join(STORAGE_DIALECTS[2:])})",
+        )
+    if dialect in ("sqlite", "journal"):
+        prefix = f"{dialect}:///"
+        target = value[len(prefix) :].partition("?")[0] if value.startswith(prefix) else ""
+        if target in ("", ":memory:"):
+            raise r.err(
+                fkey,
+                f"{dialect} storage needs a file, shared by every worker and kept for resume: "
+                f"'{prefix}relative/path' (relative to the study file's folder) or "
+                f"'{prefix}/absolute/path', got {shown!r}",
+            )
+        return resolve_url(value, r.dir)
+    if not match["rest"]:
+        raise r.err(fkey, f"a {dialect} URL needs a host and a database, got {shown!r}")
+    return value
+
+
+def _expanded(r: Reader, fkey: Key, value: str) -> str:
+    """``${VAR}`` and ``${VAR:-default}`` from the environment, so secrets stay out of study
+    files (the expanded value is never shown: messages redact its password)."""
+    try:
+        return expand_env(value)
+    except SpecError as exc:
+        raise r.err(fkey, exc.message) from None
+
+
+def read_max_failures(
+    r: Reader, sec: Mapping[str, Any], key: Key, n_trials: int | None
+) -> int | float | None:
+    fkey = (*key, "max_failures")
+    value = sec.get("max_failures")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise r.err(fkey, f"must be {_MAX_FAILURES_RULE}, got {describe(value)}")
+    if isinstance(value, int):
+        if value < 1:
+            raise r.err(fkey, f"must be {_MAX_FAILURES_RULE}, got {value}")
+        return value
+    if not 0.0 < value < 1.0:
+        raise r.err(fkey, f"must be {_MAX_FAILURES_RULE}, got {value!r}")
+    if n_trials is None:
+        raise r.err(
+            fkey,
+            f"a share ({value!r}) is a share of study.n_trials, which is null (no limit); set "
+            "study.n_trials or give max_failures as a number of failed trials (an integer >= 1)",
+        )
+    return value
+
+
+def read_algorithm(
+    r: Reader,
+    sec: Mapping[str, Any],
+    key: Key,
+    name: str,
+    default: str,
+    classes: Mapping[str, str],
+) -> tuple[str, dict[str, Any]]:
+    """``sampler:``/``pruner:``: a kind string or ``{kind: ..., **kwargs}``."""
+    fkey = (*key, name)
+    is_sampler = name == "sampler"
+    if name not in sec:
+        return default, {}
+    value = sec[name]
+    kind_key = fkey
+    if value is None:
+        # `pruner: null` switches pruning off; `sampler: null` keeps the default.
+        kind, kwargs = (default if is_sampler else "none"), {}
+    elif isinstance(value, str):
+        kind, kwargs = value, {}
+    elif isinstance(value, dict):
+        kwargs = dict(value)
+        kind = kwargs.pop("kind", default)
+        if "kind" in value:
+            kind_key = (*fkey, "kind")
+    else:
+        raise r.err(
+            fkey,
+            f"must be a kind ({', '.join(classes)}) or a mapping such as "
+            f"{{kind: {default}, ...}}, got {describe(value)}",
+        )
+    kinds = list(classes)
+    if not isinstance(kind, str) or kind not in classes:
+        hint = did_you_mean(kind, kinds) if isinstance(kind, str) else ""
+        raise r.err(
+            kind_key, f"unknown {name} kind {describe(kind)}{hint} (kinds: {', '.join(kinds)})"
+        )
+    packages = optuna_factory.SAMPLER_PACKAGES if is_sampler else optuna_factory.PRUNER_PACKAGES
+    missing = optuna_factory.missing_packages(packages.get(kind, ()))
+    if missing:
+        noun = "package" if len(missing) == 1 else "packages"
+        raise r.err(
+            kind_key,
+            f"{name} kind {kind!r} needs the {noun} {' and '.join(map(repr, missing))}: "
+            f"pip install {' '.join(missing)}",
+        )
+    try:
+        cls = (
+            optuna_factory.sampler_class(kind) if is_sampler else optuna_factory.pruner_class(kind)
+        )
+    except KeyError as exc:  # pragma: no cover - depends on the Optuna release
+        raise r.err(kind_key, str(exc.args[0])) from None
+    params = optuna_factory.yaml_parameters(cls)
+    built = optuna_factory.BUILT_ARGUMENTS.get(kind, ()) if is_sampler else ()
+    accepted = [p for p in params if p not in built]
+    what = f"{cls.__name__} ({name} kind {kind!r})"
+    for arg, arg_value in kwargs.items():
+        akey = (*fkey, arg)
+        if not isinstance(arg, str) or arg not in params:
+            listing = ", ".join(accepted) if accepted else "none"
+            raise r.err(
+                akey,
+                f"unknown argument {arg!r} for {what}{did_you_mean(str(arg), accepted)} "
+                f"(accepted: {listing})",
+            )
+        if arg in built:
+            raise r.err(akey, f"{arg!r} of {what} is built from search_space by dvt-hpo; remove it")
+        text = _annotation_text(params[arg])
+        if any(word in text for word in _OBJECT_ANNOTATIONS):
+            raise r.err(
+                akey,
+                f"{arg!r} of {what} takes a Python object ({text}), which study.yaml cannot "
+                "express; leave it out",
+            )
+        if text and _annotation_accepts(text, arg_value) is False:
+            raise r.err(akey, f"{arg!r} of {what} takes {text}, got {describe(arg_value)}")
+    for arg, param in params.items():
+        if param.default is inspect.Parameter.empty and arg not in built and arg not in kwargs:
+            raise r.err(kind_key, f"{what} needs the argument {arg!r}")
+    if kind == "threshold" and kwargs.get("lower") is None and kwargs.get("upper") is None:
+        raise r.err(kind_key, "pruner kind 'threshold' needs 'lower' or 'upper' (or both)")
+    return kind, kwargs
+
+
+def check_multi_objective(r: Reader, sec: Mapping[str, Any], key: Key, sampler: str) -> None:
+    """What a study with several objectives cannot have: a sampler that refuses them, or a
+    pruner (Optuna raises on ``Trial.report`` in multi-objective studies)."""
+    if not optuna_factory.supports_multi_objective(sampler):
+        raise r.err(
+            _kind_key(sec, key, "sampler"),
+            f"sampler kind {sampler!r} supports one objective only, and objective.metrics lists "
+            "several; use nsga2 (the default), nsga3, tpe, gp, random, qmc or grid",
+        )
+    pruner = sec.get("pruner")
+    kind = pruner.get("kind") if isinstance(pruner, dict) else pruner
+    if "pruner" in sec and kind not in (None, "none"):
+        raise r.err(
+            _kind_key(sec, key, "pruner"),
+            "a study with several objectives cannot be pruned (Optuna does not support pruning "
+            f"for multi-objective studies: Trial.report raises), got pruner {describe(kind)}; "
+            "remove study.pruner or set it to none (epochs are still reported and stored)",
+        )
+
+
+def _kind_key(sec: Mapping[str, Any], key: Key, name: str) -> Key:
+    value = sec.get(name)
+    return (*key, name, "kind") if isinstance(value, dict) and "kind" in value else (*key, name)
+
+
+def read_tracking(r: Reader, root: Mapping[str, Any]) -> TrackingSpec:
+    key: Key = ("tracking",)
+    sec = r.section(TrackingSpec, root.get("tracking"), key, "section 'tracking'")
+    if sec.get("mlflow") is None:
+        return TrackingSpec()
+    mkey = (*key, "mlflow")
+    mlflow = r.section(MlflowSpec, sec["mlflow"], mkey, "tracking.mlflow")
+    uri = mlflow.get("tracking_uri")
+    if uri is not None:
+        uri = _expanded(r, (*mkey, "tracking_uri"), uri)
+        if uri.startswith("sqlite:///"):
+            uri = resolve_url(uri, r.dir)
+        elif "://" not in uri and not uri.startswith("file:"):
+            # A plain folder is MLflow's file store; anchor it like every other path.
+            uri = str(r.resolve(uri))
+    return TrackingSpec(mlflow=MlflowSpec(tracking_uri=uri, experiment=mlflow.get("experiment")))
+
+
+def check_algorithms(r: Reader, study: StudySection, dims: Sequence[Dimension]) -> None:
+    """Build the sampler and pruner once, so Optuna's own argument checks run now."""
+    sampler_key: Key = ("study", "sampler")
+    if study.sampler.kind == "grid":
+        total = 1
+        for i, dim in enumerate(dims):
+            size = space.grid_size(dim)
+            if size is None:
+                raise r.err(
+                    ("search_space", i),
+                    f"sampler kind 'grid' needs every dimension enumerable, but float "
+                    f"dimension {dim.name!r} has no step; give it a step or make it "
+                    "categorical",
+                )
+            total *= size
+        if total > _MAX_GRID_POINTS:
+            raise r.err(
+                sampler_key,
+                f"the grid has {total} points, more than {_MAX_GRID_POINTS}; use coarser "
+                "steps or another sampler",
+            )
+    checks: list[tuple[Key, Any]] = [(("study", "pruner"), lambda: build_pruner(study.pruner))]
+    # GPSampler is left out: its constructor may import torch in some Optuna releases.
+    if study.sampler.kind != "gp":
+        checks.append((sampler_key, lambda: build_sampler(study.sampler, dims)))
+    for key, build in checks:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                build()
+        except (ValueError, TypeError) as exc:
+            raise r.err(key, f"Optuna rejects the arguments: {exc}") from None
+
+
+def _annotation_text(param: inspect.Parameter) -> str:
+    annotation = param.annotation
+    if annotation is inspect.Parameter.empty:
+        return ""
+    if isinstance(annotation, str):
+        return annotation
+    return getattr(annotation, "__name__", None) or str(annotation)
+
+
+def _annotation_accepts(text: str, value: Any) -> bool | None:
+    """Whether ``value`` fits the annotation ``text`` (``None``: the annotation is not simple)."""
+    for token in (t.strip() for t in text.split("|")):
+        if token == "Any":
+            return True
+        if token == "None":
+            ok = value is None
+        elif token == "bool":
+            ok = isinstance(value, bool)
+        elif token == "int":
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif token == "float":
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        elif token == "str":
+            ok = isinstance(value, str)
+        elif token.startswith(("dict", "Mapping")):
+            ok = isinstance(value, dict)
+        elif token.startswith(("list", "Sequence", "tuple")):
+            ok = isinstance(value, list)
+        else:
+            return None
+        if ok:
+            return True
+    return False

@@ -1,0 +1,178 @@
+"""Section ``trials``: launcher, parallel slots, devices, limits, the runs folder.
+
+Plain fields are checked by the schema engine from :class:`~dvt_hpo.studyfile.model.TrialsSpec`;
+devices are put in the canonical form the launcher splits into slots (``"auto"``, ``"cpu"``,
+``"cuda"``, a GPU count, or a tuple of GPU ids), so nothing parses them again.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from dvt_hpo.config.hints import describe, did_you_mean
+from dvt_hpo.config.source import Key
+from dvt_hpo.config.units import format_bytes, parse_bytes
+from dvt_hpo.studyfile.fields import Reader
+from dvt_hpo.studyfile.model import TrialsSpec
+
+__all__ = ["read_devices", "read_memory_limit", "read_trials"]
+
+_GPU_LIST_RE = re.compile(r"^\d+(\s*,\s*\d+)*$")
+# Below this a byte count is almost surely a unit mistake (``memory_limit: 4096`` meant MiB).
+_MIN_MEMORY_LIMIT = 16 * 1024**2
+_MIN_LOG_LIMIT = 4096
+_MODULE_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+def read_trials(r: Reader, root: Mapping[str, Any], study_name: str) -> TrialsSpec:
+    key: Key = ("trials",)
+    sec = r.section(TrialsSpec, root.get("trials"), key, "section 'trials'")
+    launcher = sec.get("launcher", "process")
+    nproc = sec.get("nproc_per_node", 1)
+    if nproc > 1 and launcher != "torchrun":
+        raise r.err(
+            (*key, "nproc_per_node"),
+            f"nproc_per_node={nproc} runs several processes per trial, which needs "
+            "launcher: torchrun (launcher is 'process')",
+        )
+    devices = read_devices(r, sec, key)
+    if isinstance(devices, tuple) and nproc > len(devices):
+        raise r.err(
+            (*key, "nproc_per_node"),
+            f"nproc_per_node={nproc} needs at least {nproc} GPUs per trial, but devices "
+            f"lists {len(devices)}: {list(devices)}",
+        )
+    runs_dir = r.string(sec, key, "runs_dir", "a folder path")
+    defaults = TrialsSpec()
+    return TrialsSpec(
+        launcher=launcher,
+        nproc_per_node=nproc,
+        parallel=sec.get("parallel", defaults.parallel),
+        devices=devices,
+        timeout_s=sec.get("timeout_s", defaults.timeout_s),
+        stop_grace_s=sec.get("stop_grace_s", defaults.stop_grace_s),
+        max_retries=sec.get("max_retries", defaults.max_retries),
+        memory_limit=read_memory_limit(r, sec, key),
+        report_timeout_s=sec.get("report_timeout_s", defaults.report_timeout_s),
+        runs_dir=r.resolve(runs_dir) if runs_dir is not None else r.resolve(f"runs/{study_name}"),
+        warm=read_warm(r, sec, key, launcher),
+        preload=read_preload(r, sec, key),
+        log_limit=read_log_limit(r, sec, key),
+        keep_logs=sec.get("keep_logs", defaults.keep_logs),
+    )
+
+
+def read_warm(r: Reader, sec: Mapping[str, Any], key: Key, launcher: str) -> bool:
+    """``warm``: true (the default with launcher process), false, or null for the default.
+    torchrun trials always start through torchrun, so an explicit true there is refused."""
+    value = sec.get("warm")
+    if value is None:
+        return launcher == "process"
+    if not isinstance(value, bool):
+        raise r.err((*key, "warm"), f"must be true, false or null, got {describe(value)}")
+    if value and launcher != "process":
+        raise r.err(
+            (*key, "warm"),
+            "warm starts apply to launcher: process; torchrun starts every rank itself "
+            "(write warm: false or leave it out)",
+        )
+    return value
+
+
+def read_preload(r: Reader, sec: Mapping[str, Any], key: Key) -> tuple[str, ...]:
+    value = sec.get("preload")
+    if value is None:
+        return ()
+    fkey = (*key, "preload")
+    if not isinstance(value, list):
+        raise r.err(
+            fkey, f"must be a list of module names such as [torch, timm], got {describe(value)}"
+        )
+    for i, name in enumerate(value):
+        if not isinstance(name, str) or not _MODULE_RE.match(name):
+            raise r.err(
+                (*fkey, i),
+                f"must be a module name such as 'timm' or 'pkg.models', got {describe(name)}",
+            )
+    return tuple(value)
+
+
+def read_log_limit(r: Reader, sec: Mapping[str, Any], key: Key) -> int | None:
+    if "log_limit" not in sec:
+        return TrialsSpec().log_limit
+    forms = "null (no cap) or a size such as '10MiB'"
+    return _read_size(r, sec, key, "log_limit", _MIN_LOG_LIMIT, forms, " per log")
+
+
+def read_devices(r: Reader, sec: Mapping[str, Any], key: Key) -> Any:
+    """Canonical devices: ``"auto"``, ``"cpu"``, ``"cuda"``, an int (a GPU count), or a tuple
+    of GPU ids; :func:`dvt_hpo.process.devices.split_devices` shares them among the slots."""
+    fkey = (*key, "devices")
+    if "devices" not in sec:
+        return "auto"
+    value = sec["devices"]
+    forms = (
+        "auto, cpu, cuda (every visible GPU), a GPU count (integer >= 1), a list of GPU "
+        "ids such as [0, 1], or a string such as '0,1', 'cuda:0,1' or 'cuda:2'"
+    )
+    if isinstance(value, bool) or value is None:
+        raise r.err(fkey, f"must be {forms}, got {describe(value)}")
+    if isinstance(value, int):
+        if value < 1:
+            raise r.err(
+                fkey,
+                f"a GPU count must be >= 1, got {value}; to pick GPU {value} write "
+                f"[{value}] or 'cuda:{value}', for no GPU write cpu",
+            )
+        return value
+    if isinstance(value, list):
+        ids = value
+    elif isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("auto", "cpu"):
+            return text
+        if text in ("cuda", "gpu"):
+            return "cuda"  # every visible GPU, and an error at launch when there is none
+        if text.startswith("cuda:"):
+            text = text[len("cuda:") :]
+        if not _GPU_LIST_RE.match(text):
+            raise r.err(
+                fkey, f"must be {forms}, got {value!r}{did_you_mean(text, ['auto', 'cpu'])}"
+            )
+        ids = [int(part) for part in text.split(",")]
+    else:
+        raise r.err(fkey, f"must be {forms}, got {describe(value)}")
+    if not ids:
+        raise r.err(fkey, "a list of GPU ids must not be empty; for no GPU write cpu")
+    for i, gpu in enumerate(ids):
+        if isinstance(gpu, bool) or not isinstance(gpu, int) or gpu < 0:
+            sub = (*fkey, i) if isinstance(value, list) else fkey
+            raise r.err(sub, f"GPU ids must be integers >= 0, got {describe(gpu)}")
+    if len(set(ids)) != len(ids):
+        raise r.err(fkey, f"GPU ids must be distinct, got {ids}")
+    return tuple(ids)
+
+
+def read_memory_limit(r: Reader, sec: Mapping[str, Any], key: Key) -> int | None:
+    unit = " (a bare number is bytes; write units such as '4GiB')"
+    return _read_size(r, sec, key, "memory_limit", _MIN_MEMORY_LIMIT, "null or a size", unit)
+
+
+def _read_size(
+    r: Reader, sec: Mapping[str, Any], key: Key, name: str, minimum: int, forms: str, unit: str
+) -> int | None:
+    """A byte size such as '4GiB' (null stays None), at least ``minimum``: below it a number
+    is almost surely a unit mistake."""
+    value = sec.get(name)
+    if value is None:
+        return None
+    fkey = (*key, name)
+    try:
+        size = parse_bytes(value)
+    except ValueError as exc:
+        raise r.err(fkey, f"must be {forms}: {exc}") from None
+    if size < minimum:
+        raise r.err(fkey, f"must be at least {format_bytes(minimum)}{unit}, got {value!r}")
+    return size

@@ -1,0 +1,470 @@
+"""What an entry point ``run(config, ctx)`` gets as ``ctx``: reporting, user attrs, batch size.
+
+:class:`TrialContext` talks to the orchestrator over the control channel (inside a study);
+:class:`LocalContext` runs the same entry point outside one (``dvt-hpo train``): it prints the
+reports and runs the batch-size search without the study's cache. Neither imports torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TextIO
+
+from dvt_hpo.batch.search import Probe, ProbeRecord, SearchResult, find_batch_size
+from dvt_hpo.exceptions import BatchSizeError, TrialPruned
+from dvt_hpo.wire.control_client import ControlClient
+
+if TYPE_CHECKING:
+    from dvt_hpo.studyfile import BatchSizeSpec
+
+CacheStatus = Literal["hit", "miss", "stale", "off"]
+
+
+class TrialStopped(BaseException):
+    """Raised in the trial process by SIGTERM (the orchestrator, torchrun or a user stopping
+    it), so that the entry point's ``finally`` blocks run before it exits.
+
+    Like ``KeyboardInterrupt`` it derives from ``BaseException``: an ``except Exception`` in
+    a training loop must not swallow a stop.
+    """
+
+    def __init__(self, signal_name: str = "SIGTERM") -> None:
+        self.signal_name = signal_name
+        super().__init__(f"trial stopped by {signal_name}")
+
+
+# The stop signal this trial process received (the worker's SIGTERM handler sets it), so that a
+# TrialStopped that Python dropped is raised again at the next report: a handler that runs in a
+# weakref callback or a ``__del__`` (tqdm's, a DataLoader iterator's) has its exception printed
+# as "Exception ignored" and lost, and later SIGTERMs are ignored while the stop is handled.
+_stop_received: str | None = None
+
+
+def note_stop(signal_name: str) -> None:
+    """Remember that the trial was told to stop (see :func:`raise_if_stopped`)."""
+    global _stop_received
+    _stop_received = signal_name
+
+
+def raise_if_stopped() -> None:
+    """Raise :class:`TrialStopped` when the trial was told to stop (on the main thread only:
+    a report from another thread, a command trainer's reporter, must not end that thread)."""
+    if _stop_received is not None and threading.current_thread() is threading.main_thread():
+        raise TrialStopped(_stop_received)
+
+
+@dataclass(frozen=True)
+class BatchSizeChoice:
+    """What :meth:`TrialContext.find_batch_size` decided."""
+
+    batch_size: int  # per step (and per process under DDP)
+    accumulate_steps: int  # 1 unless batch_size.effective is set
+    found: int  # the size the search (or the verified cache) found, after agreement
+    probes: int  # calls of fits
+    probe_s: float  # wall time of the whole decision, probes included
+    cache: CacheStatus
+    probe_sizes: tuple[int, ...]  # the sizes probed, in order
+    records: tuple[ProbeRecord, ...] = ()
+
+    def user_attrs(self) -> dict[str, Any]:
+        """The Optuna user attrs a trial records for its batch size."""
+        return {
+            "batch_size": self.batch_size,
+            "batch_size_found": self.found,
+            "accumulate_steps": self.accumulate_steps,
+            "batch_size_probes": self.probes,
+            "batch_size_probe_s": round(self.probe_s, 3),
+            "batch_size_cache": self.cache,
+            "batch_size_probe_sizes": list(self.probe_sizes),
+        }
+
+
+def effective_split(found: int, effective: int | None) -> tuple[int, int]:
+    """``(batch_size, accumulate_steps)`` reaching ``effective`` samples per optimizer step
+    with steps of at most ``found`` samples; ``(found, 1)`` without ``effective``."""
+    if effective is None:
+        return found, 1
+    accumulate = math.ceil(effective / found)
+    return math.ceil(effective / accumulate), accumulate
+
+
+def cache_entry_key(cache_key: str, device: str) -> str:
+    """The study cache's key: the payload's ``cache_key`` and the device description."""
+    return hashlib.sha256(f"{cache_key}\n{device}".encode()).hexdigest()
+
+
+def distributed_env(env: Mapping[str, str] | None = None) -> tuple[int, int, int]:
+    """``(rank, local_rank, world_size)`` from torchrun's variables; ``(0, 0, 1)`` without."""
+    env = os.environ if env is None else env
+
+    def read(name: str, default: int) -> int:
+        value = env.get(name)
+        if value is None or value == "":
+            return default
+        try:
+            return int(value)
+        except ValueError:
+            raise ValueError(f"${name} must be an int, got {value!r}") from None
+
+    return read("RANK", 0), read("LOCAL_RANK", 0), read("WORLD_SIZE", 1)
+
+
+def _metrics(step: Any, metrics: Mapping[str, Any]) -> tuple[int, dict[str, float]]:
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"report step must be an int >= 0, got {step!r}")
+    if not isinstance(metrics, Mapping):
+        raise TypeError(f"report metrics must be a dict of numbers, got {metrics!r}")
+    clean: dict[str, float] = {}
+    for key, value in metrics.items():
+        if not isinstance(key, str):
+            raise TypeError(f"report metric names must be strings, got {key!r}")
+        try:
+            # float() also takes 0-d tensors and numpy scalars without importing either.
+            clean[key] = float(value)
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"report metric {key!r} must be a number, got {value!r} ({type(value).__name__})"
+            ) from None
+    return step, clean
+
+
+def _batch_size_spec(data: Mapping[str, Any]) -> BatchSizeSpec:
+    """A ``batch_size`` section given as a plain mapping (by hand, outside a study): its keys
+    and types are checked here; the search checks its bounds when it runs."""
+    from dvt_hpo.studyfile import BatchSizeSpec
+    from dvt_hpo.wire.protocol import check_fields
+
+    values = check_fields(BatchSizeSpec, data, "batch_size", TypeError)
+    if "memory_keys" in values:
+        values["memory_keys"] = tuple(values["memory_keys"])
+    return BatchSizeSpec(**values)
+
+
+def _format_value(value: float) -> str:
+    return f"{value:.4g}" if abs(value) < 1e4 else f"{value:.6g}"
+
+
+class _BaseContext:
+    """What both contexts share; subclasses supply the four channel operations."""
+
+    def __init__(
+        self,
+        *,
+        trial_number: int | None,
+        params: Mapping[str, Any] | None,
+        rank: int,
+        local_rank: int,
+        world_size: int,
+        trial_dir: str | os.PathLike[str] | None,
+        batch_size: BatchSizeSpec | None,
+        cache_key: str | None = None,
+    ) -> None:
+        self.trial_number = trial_number
+        self.cache_key = cache_key
+        self.params: dict[str, Any] = dict(params or {})
+        self.rank = rank
+        self.local_rank = local_rank
+        self.world_size = world_size
+        self.trial_dir = Path(trial_dir) if trial_dir is not None else None
+        self.batch_size_settings = batch_size
+        self.history: list[tuple[int, dict[str, float]]] = []
+        self._reported_steps: set[int] = set()
+        self.user_attrs: dict[str, Any] = {}
+        self.pruned_step: int | None = None
+        self.batch_size_choice: BatchSizeChoice | None = None
+
+    @property
+    def is_chief(self) -> bool:
+        return self.rank == 0
+
+    # -- channel (subclasses) -------------------------------------------------------------
+    def _send_report(self, step: int, metrics: dict[str, float]) -> bool:
+        raise NotImplementedError
+
+    def _send_attrs(self, attrs: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _cache_get(self, key: str) -> dict[str, Any] | None:
+        return None
+
+    def _cache_put(self, key: str, value: dict[str, Any]) -> None:
+        return None
+
+    def _cache_enabled(self) -> bool:
+        return False
+
+    # -- API --------------------------------------------------------------------------------
+    def report(self, step: int, metrics: Mapping[str, Any]) -> None:
+        """Report the metrics of ``step`` (an epoch). On the chief, raises
+        :class:`~dvt_hpo.exceptions.TrialPruned` when the study prunes the trial; a no-op on
+        the other ranks (their arguments are still checked, so a bug shows on every rank).
+
+        Each step is reported once: a second report of the same step raises ``ValueError``
+        (Optuna keeps only the first value of a step, so the second would be silently lost
+        to pruning while the objective used it; report all metrics of a step in one call)."""
+        raise_if_stopped()
+        step, clean = _metrics(step, metrics)
+        if step in self._reported_steps:
+            raise ValueError(
+                f"step {step} was already reported; report each step once, with all its "
+                "metrics in one call"
+            )
+        self._reported_steps.add(step)
+        self.history.append((step, clean))
+        if not self.is_chief:
+            return
+        if self._send_report(step, clean):
+            self.pruned_step = step
+            raise TrialPruned(step)
+
+    def set_user_attr(self, key: str, value: Any) -> None:
+        """Store ``value`` (JSON) as the trial's Optuna user attr ``key`` (chief only)."""
+        self.set_user_attrs({key: value})
+
+    def set_user_attrs(self, attrs: Mapping[str, Any]) -> None:
+        """Several user attrs in one message (chief only)."""
+        clean: dict[str, Any] = {}
+        for key, value in attrs.items():
+            if not isinstance(key, str) or not key:
+                raise TypeError(f"a user attr name must be a non-empty string, got {key!r}")
+            try:
+                clean[key] = json.loads(json.dumps(value))
+            except (TypeError, ValueError) as exc:
+                raise TypeError(
+                    f"user attr {key!r} must be JSON (dict, list, str, number, bool, None), "
+                    f"got {type(value).__name__}: {exc}"
+                ) from None
+        self.user_attrs.update(clean)
+        if self.is_chief and clean:
+            self._send_attrs(clean)
+
+    def find_batch_size(
+        self,
+        fits: Callable[[int], bool | Probe],
+        *,
+        device: str = "cpu",
+        agree: Callable[[int], int] | None = None,
+    ) -> BatchSizeChoice | None:
+        """Find the batch size for this trial; ``None`` when ``batch_size.auto`` is off.
+
+        ``fits(n)`` runs real steps at batch size ``n`` without collectives (under DDP, probe
+        the bare module, not the DDP wrapper): ranks may probe different sizes. ``agree(n)``
+        is then called exactly once on every rank, whatever happened before (cache hit, stale
+        entry or fresh search), e.g. an all-reduce MIN, so the ranks' collective calls always
+        match. With the study cache (inside a study, when the payload has a ``cache_key``):
+        a cached size gets one verifying probe; if it no longer fits, a fresh search runs
+        (``cache="stale"``); the chief stores the agreed size. ``device`` names the device
+        model and memory and is part of the cache key.
+        """
+        settings = self.batch_size_settings
+        if settings is None or not settings.auto:
+            return None
+        began = time.perf_counter()
+        records: list[ProbeRecord] = []
+        cached: int | None = None
+        key: str | None = None
+        status: CacheStatus = "off"
+        if self._cache_enabled() and self.cache_key:
+            key = cache_entry_key(self.cache_key, device)
+            cached = self._usable_cached_size(self._cache_get(key), settings)
+            status = "miss"
+        local: int | None = None
+        if cached is not None:
+            try:
+                check = find_batch_size(
+                    fits, low=cached, high=cached, start=cached, multiple_of=1, tolerance=0.0
+                )
+            except BatchSizeError as exc:
+                records.extend(getattr(exc, "probes", ()))
+                status = "stale"
+            else:
+                records.extend(check.probes)
+                status = "hit"
+                local = cached
+        if local is None:
+            try:
+                result: SearchResult = find_batch_size(
+                    fits,
+                    low=settings.min,
+                    high=settings.max,
+                    start=settings.start,
+                    multiple_of=settings.multiple_of,
+                    tolerance=settings.tolerance,
+                )
+            except BatchSizeError as exc:
+                # A failed trial shows what was tried, to tell "min too big" from a bad fits.
+                records.extend(getattr(exc, "probes", ()))
+                self.set_user_attrs(
+                    {
+                        "batch_size_probes": len(records),
+                        "batch_size_probe_sizes": [r.size for r in records],
+                        "batch_size_probe_s": round(time.perf_counter() - began, 3),
+                    }
+                )
+                raise
+            records.extend(result.probes)
+            local = result.size
+        found = local
+        if agree is not None:
+            found = agree(local)
+            if isinstance(found, bool) or not isinstance(found, int) or found < 1:
+                raise TypeError(f"agree({local}) must return an int >= 1, got {found!r}")
+        if key is not None and self.is_chief and (status != "hit" or found != cached):
+            self._cache_put(
+                key,
+                {"batch_size": found, "device": device, "trial_number": self.trial_number},
+            )
+        batch_size, accumulate = effective_split(found, settings.effective)
+        choice = BatchSizeChoice(
+            batch_size=batch_size,
+            accumulate_steps=accumulate,
+            found=found,
+            probes=len(records),
+            probe_s=time.perf_counter() - began,
+            cache=status,
+            probe_sizes=tuple(r.size for r in records),
+            records=tuple(records),
+        )
+        self.batch_size_choice = choice
+        self.set_user_attrs(choice.user_attrs())
+        return choice
+
+    @staticmethod
+    def _usable_cached_size(entry: Any, settings: BatchSizeSpec) -> int | None:
+        """The cached size when it is valid for these settings (the bounds may have changed
+        since it was stored), else None."""
+        if not isinstance(entry, Mapping):
+            return None
+        size = entry.get("batch_size")
+        if isinstance(size, bool) or not isinstance(size, int):
+            return None
+        if not settings.min <= size <= settings.max:
+            return None
+        return size
+
+
+class TrialContext(_BaseContext):
+    """The context of a trial inside a study, connected to the orchestrator.
+
+    See docs/protocol.md for the members. Built by the worker from the payload.
+    """
+
+    def __init__(
+        self,
+        client: ControlClient,
+        *,
+        trial_number: int | None = None,
+        params: Mapping[str, Any] | None = None,
+        rank: int = 0,
+        local_rank: int = 0,
+        world_size: int = 1,
+        trial_dir: str | os.PathLike[str] | None = None,
+        batch_size: BatchSizeSpec | None = None,
+        cache_key: str | None = None,
+        report_timeout_s: float | None = 60.0,
+        study_name: str | None = None,
+        warn: TextIO | None = None,
+    ) -> None:
+        super().__init__(
+            trial_number=trial_number,
+            params=params,
+            rank=rank,
+            local_rank=local_rank,
+            world_size=world_size,
+            trial_dir=trial_dir,
+            batch_size=batch_size,
+            cache_key=cache_key,
+        )
+        self.client = client
+        self.report_timeout_s = report_timeout_s
+        self.study_name = study_name
+        self._warn = warn
+
+    def _send_report(self, step: int, metrics: dict[str, float]) -> bool:
+        prune = self.client.report(step, metrics, self.report_timeout_s)
+        if prune is None:
+            # Pruning is an optimisation: a slow orchestrator must not stall training.
+            out = self._warn or sys.stderr
+            print(
+                f"dvt-hpo: no pruning decision for step {step} within "
+                f"trials.report_timeout_s={self.report_timeout_s} s; training goes on",
+                file=out,
+                flush=True,
+            )
+            return False
+        return prune
+
+    def _send_attrs(self, attrs: dict[str, Any]) -> None:
+        self.client.set_attrs(attrs)
+
+    def _cache_enabled(self) -> bool:
+        return True
+
+    def _cache_get(self, key: str) -> dict[str, Any] | None:
+        return self.client.cache_get(key, self.report_timeout_s)
+
+    def _cache_put(self, key: str, value: dict[str, Any]) -> None:
+        self.client.cache_put(key, value)
+
+
+class LocalContext(_BaseContext):
+    """The context outside a study (``dvt-hpo train``, or a payload run by hand).
+
+    ``report`` prints one line per step (chief only) and never prunes; ``find_batch_size``
+    searches without a cache when ``batch_size`` settings with ``auto`` are given;
+    ``set_user_attr`` stores in :attr:`user_attrs`.
+    """
+
+    def __init__(
+        self,
+        *,
+        batch_size: BatchSizeSpec | Mapping[str, Any] | None = None,
+        params: Mapping[str, Any] | None = None,
+        trial_dir: str | os.PathLike[str] | None = None,
+        trial_number: int | None = None,
+        out: TextIO | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        rank, local_rank, world_size = distributed_env(env)
+        if isinstance(batch_size, Mapping):
+            batch_size = _batch_size_spec(batch_size)
+        super().__init__(
+            trial_number=trial_number,
+            params=params,
+            rank=rank,
+            local_rank=local_rank,
+            world_size=world_size,
+            trial_dir=trial_dir,
+            batch_size=batch_size,
+        )
+        self._out = out
+
+    def _send_report(self, step: int, metrics: dict[str, float]) -> bool:
+        values = " ".join(f"{k}={_format_value(v)}" for k, v in metrics.items())
+        print(f"epoch {step}: {values}", file=self._out or sys.stdout, flush=True)
+        return False
+
+    def _send_attrs(self, attrs: dict[str, Any]) -> None:
+        return None  # kept in self.user_attrs by the caller
+
+
+__all__ = [
+    "BatchSizeChoice",
+    "LocalContext",
+    "TrialContext",
+    "TrialStopped",
+    "cache_entry_key",
+    "distributed_env",
+    "effective_split",
+    "note_stop",
+    "raise_if_stopped",
+]

@@ -1,0 +1,493 @@
+"""The trial process: ``python -m dvt_hpo.trial PAYLOAD.json`` (alone or under torchrun).
+
+The order of :func:`main` matters (docs/protocol.md):
+
+1. apply ``$DVT_HPO_MEMORY_LIMIT`` as ``RLIMIT_AS``, before anything allocates much;
+2. ask the kernel for SIGKILL when the parent dies (``PR_SET_PDEATHSIG``), then check the
+   parent did not die before that;
+3. connect to the orchestrator (``$DVT_HPO_CONTROL``) and say hello; from here the connection
+   is a watchdog that kills this process group when the orchestrator goes away;
+4. read the payload (JSON, never pickle); 5. build the context;
+6. import the entry point ``module:function`` and call it with ``(config, ctx)`` (for a
+   ``trainer.command`` payload, :func:`dvt_hpo.command.trainer.run` runs the script as a child in this
+   process group);
+7. write ``result.json`` (chief) or ``error-rank{R}.json`` (another rank that failed),
+   atomically, and exit with a code from :mod:`dvt_hpo.wire.protocol`.
+
+Without ``$DVT_HPO_CONTROL`` the payload runs with a :class:`~dvt_hpo.trial.context.LocalContext`
+(reports printed, no pruning, no cache): a failed trial's payload can be rerun by hand.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from dvt_hpo.atomic import write_json_atomic
+from dvt_hpo.batch.search import is_out_of_memory
+from dvt_hpo.exceptions import BatchSizeError, CommandFailed, TrialPruned
+from dvt_hpo.trial.context import (
+    LocalContext,
+    TrialContext,
+    TrialStopped,
+    distributed_env,
+    note_stop,
+)
+from dvt_hpo.wire.control_client import ControlClient
+from dvt_hpo.wire.payload import PayloadError, TrialPayload
+from dvt_hpo.wire.protocol import (
+    ENV_CONTROL,
+    ENV_LAUNCHED,
+    ENV_MEMORY_LIMIT,
+    EXIT_BAD_PAYLOAD,
+    EXIT_ERROR,
+    EXIT_NO_ORCHESTRATOR,
+    EXIT_OK,
+    EXIT_PRUNED,
+    EXIT_STOPPED,
+    ControlUnavailable,
+)
+
+# Freed before an error result is written: after a MemoryError the process may sit at its
+# RLIMIT_AS, and formatting a traceback needs a little memory.
+_RESERVE_BYTES = 1 << 20
+_MAX_MESSAGE_CHARS = 4000
+_MAX_TRACEBACK_CHARS = 20000
+# A trial that returned but whose interpreter does not exit (a stray non-daemon thread) is
+# ended this long after its result was written.
+_EXIT_GRACE_S = 20.0
+_PR_SET_PDEATHSIG = 1
+
+_reserve: bytearray | None = None
+
+
+def _say(message: str) -> None:
+    with contextlib.suppress(Exception):
+        sys.stderr.write(f"dvt-hpo worker: {message}\n")
+        sys.stderr.flush()
+
+
+# -- steps 1-3 ---------------------------------------------------------------------------
+
+
+def apply_memory_limit(env: Mapping[str, str]) -> int | None:
+    """Apply ``$DVT_HPO_MEMORY_LIMIT`` (bytes) as this process's ``RLIMIT_AS`` soft limit
+    (never above the hard limit); returns the limit applied."""
+    value = env.get(ENV_MEMORY_LIMIT)
+    if not value:
+        return None
+    try:
+        limit = int(value)
+    except ValueError:
+        raise PayloadError(f"${ENV_MEMORY_LIMIT} must be an int (bytes), got {value!r}") from None
+    if limit < 1:
+        raise PayloadError(f"${ENV_MEMORY_LIMIT} must be >= 1 byte, got {limit}")
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    _fix_mmap_threshold()
+    return limit
+
+
+_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
+
+
+def _fix_mmap_threshold() -> None:
+    """Keep glibc serving large blocks (tensors) with mmap, unmapped when freed.
+
+    By default its threshold rises to the size of each mmapped block freed (up to 32 MiB);
+    blocks below it then come from the heap, whose freed space stays mapped. Under RLIMIT_AS a
+    trial would keep paying for memory it freed, and the batch-size search would depend on what
+    earlier probes left behind. Setting the threshold turns that adjustment off.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, 128 * 1024)
+    except (OSError, AttributeError):
+        pass  # not glibc (e.g. musl): nothing to turn off
+
+
+def set_parent_death_signal() -> bool:
+    """Ask Linux to SIGKILL this process when its parent *thread* exits (best effort)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def kill_own_group() -> None:
+    """The watchdog's action: SIGKILL this trial's process group (this process and what it
+    forked), or only this process if it does not lead its group (never someone else's)."""
+    _say("lost the control connection to the orchestrator; killing this trial's processes")
+    if os.getpgrp() == os.getpid():
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    # Only the first SIGTERM interrupts: a second one (torchrun forwards ours) must not break
+    # the finally blocks the first one started. A Python no-op, not SIG_IGN, because SIG_IGN
+    # would be inherited by processes the entry point starts while cleaning up.
+    signal.signal(signal.SIGTERM, _ignore_signal)
+    name = signal.Signals(signum).name
+    note_stop(name)  # raised again at the next report should this raise be dropped
+    raise TrialStopped(name)
+
+
+def _ignore_signal(signum: int, frame: Any) -> None:
+    return None
+
+
+# -- step 4 ------------------------------------------------------------------------------
+
+
+def resolve_entrypoint(spec: str) -> Callable[..., Any]:
+    """Import ``module:function`` (the function part may be dotted: ``module:Class.method``)."""
+    module_name, _, attr_path = spec.partition(":")
+    target: Any = importlib.import_module(module_name)
+    for attr in attr_path.split("."):
+        try:
+            target = getattr(target, attr)
+        except AttributeError:
+            raise AttributeError(
+                f"entry point {spec!r}: module {module_name!r} has no attribute {attr_path!r}"
+            ) from None
+    if not callable(target):
+        raise TypeError(f"entry point {spec!r} is not callable: {target!r}")
+    return target
+
+
+# -- step 7 ------------------------------------------------------------------------------
+
+
+def _type_name(exc: BaseException) -> str:
+    cls = type(exc)
+    module = cls.__module__
+    return (
+        cls.__qualname__ if module in ("builtins", "__main__") else f"{module}.{cls.__qualname__}"
+    )
+
+
+def error_result(exc: BaseException, rank: int) -> dict[str, Any]:
+    """The error result of an exception, small enough to write after a MemoryError."""
+    global _reserve
+    _reserve = None  # give the reserve back first
+    try:
+        message = str(exc)
+    except Exception:  # a broken __str__ must not hide the error
+        message = f"<unprintable {type(exc).__name__}>"
+    try:
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    except MemoryError:
+        tb = "<traceback unavailable: out of memory>"
+    if len(tb) > _MAX_TRACEBACK_CHARS:
+        tb = "...\n" + tb[-_MAX_TRACEBACK_CHARS:]
+    try:
+        oom = is_out_of_memory(exc) or _search_ran_out_of_memory(exc)
+    except Exception:
+        oom = isinstance(exc, MemoryError)
+    result: dict[str, Any] = {
+        "status": "error",
+        "rank": rank,
+        "exc_type": _type_name(exc),
+        "message": message[:_MAX_MESSAGE_CHARS],
+        "traceback": tb,
+        "out_of_memory": oom,
+    }
+    if isinstance(exc, CommandFailed):
+        # The script's own error is the reason, and its traceback is in stderr.log already:
+        # this process's exception and frames would only hide it.
+        result.update(
+            reason=message[:_MAX_MESSAGE_CHARS], traceback=None, out_of_memory=exc.out_of_memory
+        )
+    return result
+
+
+def _search_ran_out_of_memory(exc: BaseException) -> bool:
+    """A batch-size search that found no size because its probes ran out of memory (the
+    smallest size did not fit): the memory is the cause, as the probe records say."""
+    return isinstance(exc, BatchSizeError) and any(
+        getattr(record, "oom", False) for record in getattr(exc, "probes", ())
+    )
+
+
+def metrics_of(returned: Any) -> dict[str, float]:
+    """The entry point's return value as metrics: a dict of numbers, or None for none."""
+    if returned is None:
+        return {}
+    if not isinstance(returned, Mapping):
+        raise TypeError(
+            "the entry point must return a dict of metrics or None, got "
+            f"{type(returned).__name__}: {returned!r:.200}"
+        )
+    metrics: dict[str, float] = {}
+    for key, value in returned.items():
+        try:
+            metrics[str(key)] = float(value)
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"the entry point returned metric {key!r}={value!r:.100} "
+                f"({type(value).__name__}); metrics must be numbers"
+            ) from None
+    return metrics
+
+
+def _exit_soon(code: int) -> int:
+    """Flush, and make sure the interpreter really exits with ``code``."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+
+    def force() -> None:
+        if not done.wait(_EXIT_GRACE_S):
+            _say(f"the interpreter did not exit {_EXIT_GRACE_S:g} s after the result; forcing it")
+            os._exit(code)
+
+    done = threading.Event()
+    try:
+        threading.Thread(target=force, name="dvt-exit-guard", daemon=True).start()
+    except RuntimeError:
+        # No address space left for a thread's stack (a trial that ended near its RLIMIT_AS):
+        # the result is written and the streams flushed, so leave without the guard.
+        os._exit(code)
+    return code
+
+
+# -- main --------------------------------------------------------------------------------
+
+
+def _startup_s(env: Mapping[str, str]) -> float | None:
+    """Seconds from the orchestrator's launch to the entry point's call (process start,
+    interpreter, imports, connecting): what a warm start saves."""
+    try:
+        return round(time.time() - float(env[ENV_LAUNCHED]), 4)
+    except (KeyError, ValueError):
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    global _reserve
+    started = time.perf_counter()
+    expected_parent = os.getppid()
+    args = sys.argv[1:] if argv is None else argv
+    env = os.environ
+
+    # 1. Memory limit first: what follows allocates under it.
+    try:
+        apply_memory_limit(env)
+    except (PayloadError, ValueError, OSError) as exc:
+        _say(str(exc))
+        return EXIT_BAD_PAYLOAD
+    _reserve = bytearray(_RESERVE_BYTES)
+
+    # 2. Die with the parent (the orchestrator, or the torchrun agent).
+    if set_parent_death_signal() and os.getppid() != expected_parent:
+        _say("the parent process died while this trial started; exiting")
+        return EXIT_NO_ORCHESTRATOR
+    previous_sigterm = signal.signal(signal.SIGTERM, _on_sigterm)
+
+    if len(args) != 1:
+        _say("usage: python -m dvt_hpo.trial PAYLOAD.json")
+        return EXIT_BAD_PAYLOAD
+    payload_path = Path(args[0]).absolute()
+
+    try:
+        rank, local_rank, world_size = distributed_env(env)
+    except ValueError as exc:
+        _say(str(exc))
+        return EXIT_BAD_PAYLOAD
+
+    client: ControlClient | None = None
+    startup_s: float | None = None
+    trial_dir: Path | None = None
+    by_hand: str | None = None  # the result file of a payload rerun by hand
+    ctx: TrialContext | LocalContext | None = None
+    try:
+        # 3. Connect before the (possibly slow) imports: a dead orchestrator ends us at once.
+        if env.get(ENV_CONTROL):
+            try:
+                client = ControlClient.connect(
+                    env[ENV_CONTROL],
+                    rank=rank,
+                    local_rank=local_rank,
+                    world_size=world_size,
+                    on_lost=kill_own_group,
+                )
+            except ControlUnavailable as exc:
+                _say(str(exc))
+                return _exit_soon(EXIT_NO_ORCHESTRATOR)
+        else:
+            _say(f"${ENV_CONTROL} is not set: running without an orchestrator (no pruning)")
+
+        # 4. Payload.
+        try:
+            payload = TrialPayload.read(payload_path)
+        except PayloadError as exc:
+            _say(str(exc))
+            if client is not None:
+                client.close()
+            return _exit_soon(EXIT_BAD_PAYLOAD)
+        trial_dir = Path(payload.trial_dir) if payload.trial_dir else payload_path.parent
+        if client is None:
+            by_hand = _rerun_name()
+            _prepare_rerun(payload.study_dir, trial_dir / by_hand)
+
+        # 5. Context.
+        if client is not None:
+            ctx = TrialContext(
+                client,
+                trial_number=payload.trial_number,
+                params=payload.params,
+                rank=rank,
+                local_rank=local_rank,
+                world_size=world_size,
+                trial_dir=trial_dir,
+                batch_size=payload.batch_size,
+                cache_key=payload.cache_key,
+                report_timeout_s=payload.limits.report_timeout_s,
+                study_name=payload.study_name,
+            )
+        else:
+            ctx = LocalContext(
+                batch_size=payload.batch_size,
+                params=payload.params,
+                trial_dir=trial_dir,
+                trial_number=payload.trial_number,
+                env=env,
+            )
+
+        # 6. Entry point.
+        try:
+            function = resolve_entrypoint(payload.entrypoint)
+            if payload.command is not None:
+                # trainer.command: the entry point dvt_hpo.command:run runs the script.
+                function = functools.partial(function, command=payload.command)
+            startup_s = _startup_s(env)
+            returned = function(payload.config, ctx)
+            metrics = metrics_of(returned)
+        finally:
+            # From here on a stop must not interrupt writing the result.
+            signal.signal(signal.SIGTERM, _ignore_signal)
+        if ctx.pruned_step is not None:
+            # The entry point swallowed TrialPruned: the study pruned it all the same.
+            result: dict[str, Any] = {"status": "pruned", "step": ctx.pruned_step}
+            code = EXIT_PRUNED
+        else:
+            result = {"status": "ok", "metrics": metrics}
+            code = EXIT_OK
+    except TrialPruned as exc:
+        signal.signal(signal.SIGTERM, _ignore_signal)
+        result = {"status": "pruned", "step": exc.step}
+        code = EXIT_PRUNED
+    except (TrialStopped, KeyboardInterrupt) as exc:
+        signal.signal(signal.SIGTERM, _ignore_signal)
+        name = exc.signal_name if isinstance(exc, TrialStopped) else "SIGINT"
+        if ctx is not None and ctx.pruned_step is not None:
+            # Stopped while cleaning up after the prune: the prune is what happened.
+            result = {"status": "pruned", "step": ctx.pruned_step}
+            code = EXIT_PRUNED
+        else:
+            result = {"status": "stopped", "signal": name}
+            code = EXIT_STOPPED if name == "SIGTERM" else 128 + int(signal.SIGINT)
+    except SystemExit as exc:
+        signal.signal(signal.SIGTERM, _ignore_signal)
+        if exc.code in (None, 0):
+            result = {"status": "ok", "metrics": {}}
+            code = EXIT_OK
+        else:
+            result = {
+                "status": "error",
+                "rank": rank,
+                "exc_type": "SystemExit",
+                "message": f"the entry point called sys.exit({exc.code!r})",
+                "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+                "out_of_memory": False,
+            }
+            code = exc.code if isinstance(exc.code, int) and 0 < exc.code < 256 else EXIT_ERROR
+    except BaseException as exc:  # noqa: BLE001 - every failure becomes a result
+        signal.signal(signal.SIGTERM, _ignore_signal)
+        result = error_result(exc, rank)
+        code = EXIT_ERROR
+
+    if startup_s is not None:
+        result["startup_s"] = startup_s
+    result.update(
+        rank=rank,
+        pid=os.getpid(),
+        host=socket.gethostname(),
+        duration_s=round(time.perf_counter() - started, 3),
+        time_unix=time.time(),
+    )
+    if trial_dir is not None:
+        try:
+            _write_result(trial_dir, rank, result, by_hand)
+        except OSError as exc:
+            _say(f"cannot write the result in {trial_dir}: {exc}")
+            code = code or EXIT_ERROR
+    if result["status"] == "error":
+        # The whole traceback goes to stderr.log too, where a user looks first.
+        with contextlib.suppress(Exception):
+            sys.stderr.write(result.get("traceback") or "")
+        _say(f"rank {rank} failed: {result['exc_type']}: {result['message'][:500]}")
+    if client is not None:
+        client.close()
+    signal.signal(signal.SIGTERM, previous_sigterm)
+    return _exit_soon(code)
+
+
+def _write_result(
+    trial_dir: Path, rank: int, result: dict[str, Any], by_hand: str | None = None
+) -> None:
+    """The chief writes result.json; another rank writes error-rank{R}.json when it failed
+    (a rank stopped by SIGTERM is not a cause: torchrun stops the others when one fails).
+    A rerun by hand writes ``by_hand`` (``rerun-*.json``, ``-rank{R}`` for other ranks)
+    instead, so the trial's own result stays as the study recorded it."""
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    if by_hand is not None:
+        if rank == 0 or result["status"] == "error":
+            name = by_hand if rank == 0 else by_hand.replace(".json", f"-rank{rank}.json")
+            write_json_atomic(trial_dir / name, result)
+        return
+    if rank == 0:
+        write_json_atomic(trial_dir / "result.json", result)
+    elif result["status"] == "error":
+        write_json_atomic(trial_dir / f"error-rank{rank}.json", result)
+
+
+def _rerun_name() -> str:
+    return f"rerun-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}.json"
+
+
+def _prepare_rerun(study_dir: str | None, result_path: Path) -> None:
+    """A payload run by hand behaves as its trial did: the study folder first on ``sys.path``
+    and as the working directory (relative paths in the config resolve against it)."""
+    if study_dir:
+        sys.path[:] = [study_dir] + [p for p in sys.path if p not in ("", study_dir)]
+        os.chdir(study_dir)
+    _say(f"run by hand: the result goes to {result_path} (the trial's result.json is kept)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""``dvt-hpo dashboard``: optuna-dashboard on a study's storage, on loopback by default.
+
+optuna-dashboard is the ``dashboard`` extra. It can also change a study (notes, deleting
+studies), so listening beyond loopback is the user's explicit choice and gets a warning.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from dvt_hpo.exceptions import DvtHpoError
+
+if TYPE_CHECKING:
+    from dvt_hpo.studyfile import StudySpec
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _import_dashboard() -> Any:
+    try:
+        import optuna_dashboard
+    except ImportError:
+        raise DvtHpoError(
+            "dvt-hpo dashboard needs optuna-dashboard: pip install 'dvt-hpo[dashboard]'"
+        ) from None
+    return optuna_dashboard
+
+
+def study_url(host: str, port: int, study_id: int) -> str:
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}/dashboard/studies/{study_id}"
+
+
+def _server(host: str, port: int, app: Any) -> Any:
+    import socket
+    from socketserver import ThreadingMixIn
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+    class Quiet(WSGIRequestHandler):
+        # One stderr line per request would bury the address line; errors still show.
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    class Threaded(ThreadingMixIn, WSGIServer):
+        # The page fetches several API routes at once; one slow one must not stall the rest.
+        daemon_threads = True
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+    return make_server(host, port, app, server_class=Threaded, handler_class=Quiet)
+
+
+def serve(
+    spec: StudySpec,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    out: Callable[[str], None] = lambda line: print(line, flush=True),
+) -> None:
+    """Serve the dashboard until interrupted (Ctrl-C ends it normally)."""
+    dashboard = _import_dashboard()
+    from dvt_hpo.store.reader import open_existing_storage
+
+    storage, study_id = open_existing_storage(spec)
+    try:
+        # optuna-dashboard's own run_server prints Bottle's banner before it binds; binding
+        # here first makes a busy port one clear line and "listening" true when printed.
+        server = _server(host, port, dashboard.wsgi(storage))
+    except OSError as exc:
+        raise DvtHpoError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+    if host not in _LOOPBACK:
+        print(
+            f"warning: serving on {host}: anyone who reaches it can read the study and change "
+            "it (notes, deleting studies); prefer an SSH tunnel to 127.0.0.1",
+            file=sys.stderr,
+            flush=True,
+        )
+    try:
+        out(
+            f"optuna-dashboard for study {spec.study.name!r} listening on "
+            f"{study_url(host, server.server_port, study_id)}  (Ctrl-C to stop)"
+        )
+        server.serve_forever()
+    except KeyboardInterrupt:
+        return
+    finally:
+        server.server_close()
+
+
+__all__ = ["serve", "study_url"]

@@ -1,0 +1,145 @@
+"""The trial payload: what the orchestrator hands a trial process, as one typed JSON file.
+
+Written by :mod:`dvt_hpo.study.trial_run`, read by :mod:`dvt_hpo.trial.main` (docs/protocol.md). The
+values were validated when the study file was loaded (:mod:`dvt_hpo.studyfile`): the reader checks
+only the shape (version, keys, JSON types), so a payload written by hand or by another
+version fails with one clear line instead of deep inside training.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dvt_hpo.atomic import write_json_atomic
+from dvt_hpo.process.devices import Devices
+from dvt_hpo.studyfile import BatchSizeSpec
+from dvt_hpo.wire.protocol import PROTOCOL_VERSION, check_fields
+
+
+class PayloadError(ValueError):
+    """The payload file is missing, not JSON, or does not follow docs/protocol.md."""
+
+
+@dataclass(frozen=True)
+class TrialLimits:
+    report_timeout_s: float | None = 60.0  # longest wait for a pruning decision
+    timeout_s: float | None = None  # the orchestrator stops the trial after this
+    memory_limit: int | None = None  # bytes of address space per process (also in the env)
+
+
+@dataclass(frozen=True)
+class CommandPayload:
+    """A ``trainer.command`` trial: the script the worker runs (:mod:`dvt_hpo.command.trainer`)."""
+
+    argv: tuple[str, ...]  # with {placeholders}, rendered by the worker
+    metrics_pattern: str | None = None
+    names: dict[str, str] = field(default_factory=dict)  # search dimension name -> its path
+    stop_grace_s: float = 10.0  # SIGTERM -> SIGKILL when the worker stops the script
+
+
+@dataclass(frozen=True)
+class TrialPayload:
+    entrypoint: str  # "module:function"
+    config: dict[str, Any]
+    params: dict[str, Any] = field(default_factory=dict)
+    study_name: str | None = None
+    trial_number: int | None = None
+    batch_size: BatchSizeSpec | None = None
+    cache_key: str | None = None  # the study cache's key for this trial's memory footprint
+    devices: Devices = "auto"  # trials.devices, canonical
+    gpus: tuple[str, ...] = ()  # this trial's slot: its CUDA_VISIBLE_DEVICES entries
+    limits: TrialLimits = TrialLimits()
+    trial_dir: str | None = None
+    # The study file's folder: trials import the entry point from it first and run in it, so
+    # a payload rerun by hand from elsewhere finds the trainer and its relative paths.
+    study_dir: str | None = None
+    command: CommandPayload | None = None
+    protocol: int = PROTOCOL_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        if self.batch_size is not None:
+            data["batch_size"]["memory_keys"] = list(self.batch_size.memory_keys)
+        data["devices"] = list(self.devices) if isinstance(self.devices, tuple) else self.devices
+        data["gpus"] = list(self.gpus)
+        if self.command is not None:
+            data["command"]["argv"] = list(self.command.argv)
+        return data
+
+    def write(self, path: str | os.PathLike[str]) -> None:
+        write_json_atomic(path, self.to_json())
+
+    @classmethod
+    def from_json(cls, data: Any) -> TrialPayload:
+        if not isinstance(data, Mapping):
+            raise PayloadError(f"the payload must be a JSON object, got {type(data).__name__}")
+        version = data.get("protocol")
+        if version != PROTOCOL_VERSION:
+            raise PayloadError(
+                f"payload protocol must be {PROTOCOL_VERSION} (this dvt-hpo), got {version!r}"
+            )
+        values = _fields(cls, data, "payload")
+        entrypoint = values["entrypoint"]
+        if entrypoint.count(":") != 1 or not all(entrypoint.split(":")):
+            raise PayloadError(f"payload entrypoint must be 'module:function', got {entrypoint!r}")
+        if values.get("batch_size") is not None:
+            bs = dict(_fields(BatchSizeSpec, values["batch_size"], "payload batch_size"))
+            if "memory_keys" in bs:
+                bs["memory_keys"] = tuple(bs["memory_keys"])
+            values["batch_size"] = BatchSizeSpec(**bs)
+        if values.get("command") is not None:
+            command = _fields(CommandPayload, values["command"], "payload command")
+            command["argv"] = tuple(command["argv"])
+            if not command["argv"]:
+                raise PayloadError("payload command.argv must not be empty")
+            values["command"] = CommandPayload(**command)
+        if "limits" in values:
+            values["limits"] = TrialLimits(**_fields(TrialLimits, values["limits"], "limits"))
+        devices = values.get("devices", "auto")
+        if isinstance(devices, list):
+            devices = tuple(devices)
+        if not _is_devices(devices):
+            raise PayloadError(
+                "payload devices must be 'auto', 'cpu', 'cuda', an int or a list of ints, "
+                f"got {devices!r}"
+            )
+        values["devices"] = devices
+        values["gpus"] = tuple(values.get("gpus", ()))
+        return cls(**values)
+
+    @classmethod
+    def read(cls, path: str | os.PathLike[str]) -> TrialPayload:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise PayloadError(f"cannot read the payload {os.fspath(path)!r}: {exc}") from None
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise PayloadError(f"the payload {os.fspath(path)!r} is not JSON: {exc}") from None
+        return cls.from_json(data)
+
+
+def _is_devices(value: Any) -> bool:
+    if value in ("auto", "cpu", "cuda"):
+        return True
+    if isinstance(value, tuple):
+        return bool(value) and all(_is_int(v) and v >= 0 for v in value)
+    return _is_int(value)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _fields(cls: type, data: Any, where: str) -> dict[str, Any]:
+    return check_fields(cls, data, where, PayloadError)
+
+
+__all__ = ["CommandPayload", "PayloadError", "TrialLimits", "TrialPayload"]
