@@ -10,7 +10,7 @@ the second reuses the stored size after one verifying probe (cache hit).
   with ``batch_size.auto: true``, ``min: 8``, ``max: 1024``, trials one at a time.
 - ``synthetic``: an MLP on 400 synthetic 3x256x256 images (768 KiB a sample), 3 epochs,
   under ``trials.memory_limit`` set 300 MiB above what importing torch maps here, so that the
-  search ends on real out-of-memory errors (the trial of tests/test_batch_size_trials.py).
+  search ends on real out-of-memory errors (the trial of tests/batch/test_search_trials.py).
   With the current trainer these trials fail in training at the size found (the probe misses
   the loader's batches on CPU; see the xfail there): their trial time then ends early.
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import textwrap
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -94,6 +95,19 @@ def merge_sections(doc: dict[str, Any], sections: dict[str, Any]) -> dict[str, A
         else:
             doc[key] = value
     return doc
+
+
+@pytest.fixture
+def write(tmp_path: Path) -> Callable[..., Path]:
+    """Write dedented YAML text to tmp_path/<name> (folders made) and return its path."""
+
+    def _write(text: str, name: str = "study.yaml") -> Path:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+        return path
+
+    return _write
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """``dvt_hpo.report``: the helper a trainer.command script calls (stdlib only, self-contained).
 
-Inside a study it is exercised by tests/test_command.py (real scripts, real worker)."""
+Inside a study it is exercised by tests/command/test_trainer.py (real scripts, real worker)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from dvt_hpo.studyfile import (
     SamplerSpec,
     load_spec,
 )
-from tests.spec.helpers import (
+from tests.studyfile.helpers import (
     BASE,
     SET,
     bad_file_test,

@@ -10,7 +10,7 @@ import pytest
 from dvt_hpo.exceptions import SpecError
 from dvt_hpo.studyfile import ConstraintSpec, ObjectiveSpec, load_spec
 from dvt_hpo.studyfile.objective import describe_objective, infer_direction
-from tests.spec.helpers import BASE, bad_file_test, case
+from tests.studyfile.helpers import BASE, bad_file_test, case
 
 MIN, MAX, REFUSE = "minimize", "maximize", None
 

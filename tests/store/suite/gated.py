@@ -1,4 +1,4 @@
-"""Run processes that start at the same instant (see :mod:`tests.storage_suite.gate`)."""
+"""Run processes that start at the same instant (see :mod:`tests.store.suite.gate`)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def _start(
     argv: Sequence[str], env: Mapping[str, str] | None, cwd: Path | None
 ) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.storage_suite.gate", *argv],
+        [sys.executable, "-m", "tests.store.suite.gate", *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -12,7 +12,7 @@ from dvt_hpo.exceptions import SpecError
 from dvt_hpo.studyfile import (
     load_spec,
 )
-from tests.spec.helpers import (
+from tests.studyfile.helpers import (
     BASE,
     DIM_LINE,
     bad_file_test,

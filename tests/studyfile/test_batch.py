@@ -11,7 +11,7 @@ from dvt_hpo.exceptions import SpecError
 from dvt_hpo.studyfile import (
     load_spec,
 )
-from tests.spec.helpers import (
+from tests.studyfile.helpers import (
     BASE,
     bad_file_test,
     case,

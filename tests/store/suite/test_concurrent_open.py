@@ -9,7 +9,7 @@ import optuna
 import pytest
 
 from dvt_hpo.store.storage import open_existing
-from tests.storage_suite.gated import run_rounds
+from tests.store.suite.gated import run_rounds
 
 TRIALS_EACH = 2
 ROUNDS = 5

@@ -18,7 +18,7 @@ from dvt_hpo.wire.payload import TrialPayload
 
 pytestmark = pytest.mark.processes
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _env(extra_path: Path | None = None) -> dict[str, str]:

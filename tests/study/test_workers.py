@@ -14,7 +14,7 @@ import pytest
 from dvt_hpo.study.workers import worker_command, worker_slots
 from dvt_hpo.studyfile import load_spec
 from tests.conftest import toy_study
-from tests.test_recovery import Orchestrator, load_trials, states
+from tests.study.test_recovery import Orchestrator, load_trials, states
 
 
 def test_devices_are_dealt_out_in_blocks(write_study: Callable[..., Path]) -> None:

@@ -1,4 +1,4 @@
-"""Start many processes at the same instant (``python -m tests.storage_suite.gate MODE ...``).
+"""Start many processes at the same instant (``python -m tests.store.suite.gate MODE ...``).
 
 Each process imports everything it needs first (so that import time does not spread the
 start), prints ``ready``, then blocks on a shared ``flock`` of a gate file that the test holds

@@ -235,7 +235,7 @@ def test_the_multi_objective_example_runs_shortened(tmp_path: Path, cli: Cli) ->
     """studies/multi-objective.yaml (10 trials, under a minute on 2 cores) as 4 one-epoch
     trials of the real trainer: latency and n_params reported, the front printed, a trial
     exported."""
-    example = Path(__file__).resolve().parents[1] / "studies" / "multi-objective.yaml"
+    example = Path(__file__).resolve().parents[2] / "studies" / "multi-objective.yaml"
     path = tmp_path / "multi-objective.yaml"
     path.write_text(example.read_text())
     sets = ["--set", "study.n_trials=4", "--set", "trainer.config.epochs=1"]

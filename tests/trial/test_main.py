@@ -34,7 +34,7 @@ from tests.entrypoints.recording import RecordingHandler
 
 pytestmark = pytest.mark.processes
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 TOY = "tests.entrypoints.toy:run"
 V = PROTOCOL_VERSION
 WAIT_S = 30.0  # generous upper bounds: every wait returns as soon as its event happens

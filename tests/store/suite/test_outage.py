@@ -12,7 +12,7 @@ import pytest
 
 from dvt_hpo.store.errors import StorageError, with_retry
 from dvt_hpo.store.storage import HeartbeatSettings, create_or_load_study
-from tests.storage_suite.postgres_cluster import PASSWORD, PostgresCluster
+from tests.store.suite.postgres_cluster import PASSWORD, PostgresCluster
 
 T = TypeVar("T")
 OUTAGE_S = 10
@@ -120,7 +120,7 @@ def test_a_study_rides_out_a_server_restart_and_loses_no_trial(
     """``dvt-hpo run`` while the server stops for OUTAGE_S seconds mid-study: the running trial
     keeps training, its reports wait, and every trial completes; the run exits 0."""
     from tests.conftest import toy_study
-    from tests.test_recovery import Orchestrator
+    from tests.study.test_recovery import Orchestrator
 
     name = "outage-study"
     doc = toy_study(name, study={"storage": postgres_cluster.url, "n_trials": 3})

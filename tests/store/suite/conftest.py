@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.storage_suite.postgres_cluster import PostgresCluster, admin_engine
+from tests.store.suite.postgres_cluster import PostgresCluster, admin_engine
 
 BACKENDS = ("sqlite", "journal", "postgresql")
 

@@ -16,7 +16,7 @@ from dvt_hpo.studyfile import (
     build_sampler,
     load_spec,
 )
-from tests.spec.helpers import (
+from tests.studyfile.helpers import (
     BASE,
     bad_file_test,
     case,

@@ -11,7 +11,7 @@ import pytest
 
 from dvt_hpo.exceptions import SpecError
 from dvt_hpo.studyfile import COMMAND_ENTRYPOINT, load_spec
-from tests.spec.helpers import bad_file_test, case
+from tests.studyfile.helpers import bad_file_test, case
 
 CMD = """\
 study:

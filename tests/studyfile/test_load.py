@@ -20,7 +20,7 @@ from dvt_hpo.studyfile import (
     load_spec,
     spec_to_dict,
 )
-from tests.spec.helpers import (
+from tests.studyfile.helpers import (
     BASE,
     GOOD,
     bad_file_test,
