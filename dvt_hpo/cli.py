@@ -157,9 +157,9 @@ _positive_int = _int_at_least(1, "an integer >= 1")
 def _cmd_run(args: argparse.Namespace) -> int:
     from dvt_hpo.store.compat import check_stored_study
     from dvt_hpo.study.loop import StudyRunner
-    from dvt_hpo.studyfile import load_spec
+    from dvt_hpo.study.preflight import load_runnable
 
-    spec = load_spec(args.study, args.overrides, check_runnable=True)
+    spec = load_runnable(args.study, args.overrides)
     # Before the storage is opened for writing: a refused run writes nothing.
     check_stored_study(spec, allow_space_change=args.allow_space_change)
     if args.workers > 1:
@@ -179,11 +179,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from dvt_hpo.study.preflight import find_entrypoint
-    from dvt_hpo.studyfile import load_spec
+    from dvt_hpo.study.preflight import find_entrypoint, load_runnable
     from dvt_hpo.studyfile.objective import describe_objective
 
-    spec = load_spec(args.study, args.overrides, check_runnable=True)
+    spec = load_runnable(args.study, args.overrides)
     stored = _stored_comparison(spec, args.allow_space_change)
     dims = ", ".join(d.name for d in spec.search_space)
     n = spec.study.n_trials

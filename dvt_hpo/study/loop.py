@@ -14,6 +14,7 @@ the ledger and the event queue.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import queue
@@ -22,6 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from dvt_hpo.batch.cache import StudyCache
 from dvt_hpo.exceptions import DvtHpoError
 from dvt_hpo.process import devices, launch
 from dvt_hpo.process.import_path import child_pythonpath
@@ -39,16 +41,17 @@ from dvt_hpo.study.events import (
     TrialStarted,
 )
 from dvt_hpo.study.front import Best, select_best
+from dvt_hpo.study.handle import StudyHandle
 from dvt_hpo.study.observers import Observers, study_observers
+from dvt_hpo.study.outcome import TrialOutcome
 from dvt_hpo.study.setup import (
-    StudyCache,
     check_runs_dir,
     open_study,
     reseeded_sampler,
     study_settings,
 )
 from dvt_hpo.study.stop_signals import StopSignals
-from dvt_hpo.study.trial_run import TrialOutcome, TrialRun, tell
+from dvt_hpo.study.trial_run import TrialRun, tell
 from dvt_hpo.studyfile import BUILTIN_ENTRYPOINT
 
 if TYPE_CHECKING:
@@ -140,6 +143,18 @@ class StudyRunner:
                 f"{type(exc).__name__}: {first}"
             ) from exc
         self.cache = StudyCache(self.storage, self.study_id, self.study_lock)
+        self.handle = StudyHandle(
+            spec=self.spec,
+            study=self.study,
+            storage=self.storage,
+            lock=self.study_lock,
+            db=self.db,
+            cache=self.cache,
+            observers=self.observers,
+            launcher=self.launcher,
+            child_env=self.child_env,
+            finished=self.events.put,
+        )
         self.ledger = recovery.Ledger(self.study, self.storage, self.study_id)
         self.config_key = trial_config.store_base(self.storage, self.study_id, self.spec)
         self._reconcile()
@@ -417,7 +432,7 @@ class StudyRunner:
                 return False
             params = space.sample(trial, spec.search_space)
         config = trial_config.trial_run_config(spec, params, trial.number)
-        run = TrialRun(self, trial, params, config, slot)
+        run = TrialRun(self.handle, trial, params, config, slot)
         attrs = self.observers.trial_started(
             TrialStarted(trial.number, trial_id, params, retried, time.time())
         )
@@ -471,6 +486,7 @@ class StudyRunner:
             self.out = progress.out
             self._prints_trial_lines = False  # the progress observer prints them
         self.observers = Observers([*defaults, *self._extra_observers], self.out)
+        self.handle = dataclasses.replace(self.handle, observers=self.observers)
 
     def _record(self, outcome: TrialOutcome) -> None:
         self.outcomes.append(outcome)
@@ -554,9 +570,9 @@ def run_study(
 
     The same as ``dvt-hpo run PATH --set ...``, for notebooks and scripts.
     """
-    from dvt_hpo.studyfile import load_spec
+    from dvt_hpo.study.preflight import load_runnable
 
-    spec = load_spec(path, overrides, check_runnable=True)
+    spec = load_runnable(path, overrides)
     runner = StudyRunner(
         spec,
         allow_space_change=allow_space_change,

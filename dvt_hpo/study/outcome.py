@@ -30,7 +30,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from dvt_hpo.study.reduction import choose_epoch, reduce_trial
@@ -215,12 +215,31 @@ def classify(
     return Outcome("FAIL", "failed", reason="trial process exited without writing a result")
 
 
+@dataclass
+class TrialOutcome:
+    """What the study loop learns when a trial is over."""
+
+    number: int
+    trial_id: int
+    state: str  # COMPLETE | PRUNED | FAIL
+    value: float | None
+    params: dict[str, Any]
+    duration_s: float
+    reason: str | None = None
+    interrupted: bool = False
+    batch_size: int | None = None
+    user_attrs: dict[str, Any] = field(default_factory=dict)
+    values: tuple[float, ...] = ()  # every objective's (COMPLETE)
+    constraints: tuple[float, ...] = ()  # <= 0 feasible; () when unconstrained or failed
+
+
 __all__ = [
     "Flags",
     "Limits",
     "Objective",
     "Outcome",
     "Phase",
+    "TrialOutcome",
     "classify",
     "diverged_reason",
     "first_error",

@@ -30,6 +30,7 @@ from dvt_hpo.config.hints import did_you_mean
 from dvt_hpo.config.source import Doc, Key
 from dvt_hpo.exceptions import SpecError
 from dvt_hpo.process import import_path
+from dvt_hpo.studyfile.load import read_study_file
 from dvt_hpo.studyfile.model import BUILTIN_ENTRYPOINT, StudySpec
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "check_runnable",
     "entrypoint_origin",
     "find_entrypoint",
+    "load_runnable",
 ]
 
 
@@ -172,6 +174,14 @@ def _class_named(body: Sequence[ast.stmt], name: str) -> ast.ClassDef | None:
             if found is not None:
                 return found
     return None
+
+
+def load_runnable(path: str | Path, overrides: Sequence[str] = ()) -> StudySpec:
+    """The study file as ``run`` and ``validate`` take it: valid (:func:`load_spec`), and
+    runnable on this machine (:func:`check_runnable`). Nothing is written anywhere."""
+    doc, spec = read_study_file(path, overrides)
+    check_runnable(doc, spec)
+    return spec
 
 
 def check_runnable(doc: Doc, spec: StudySpec) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -19,10 +18,9 @@ from dvt_hpo.store.stored_study import StoredStudy
 if TYPE_CHECKING:
     import optuna
 
-    from dvt_hpo.studyfile import StudySpec
+    from dvt_hpo.studyfile.model import StudySpec
 
 ATTR_PREFIX = compat.ATTR_PREFIX
-CACHE_PREFIX = "dvt_hpo:batch_size_cache:"
 
 
 def open_study(
@@ -31,7 +29,7 @@ def open_study(
     """``(study, storage, study_id)``, created or loaded, checked against the study file."""
     import optuna
 
-    from dvt_hpo.studyfile import build_pruner, build_sampler
+    from dvt_hpo.study.optuna_factory import build_pruner, build_sampler
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     # We drive heartbeats ourselves around ask/tell (Optuna warns that they are meant for
@@ -76,7 +74,7 @@ def open_study(
 def reseeded_sampler(spec: StudySpec, first_number: int) -> optuna.samplers.BaseSampler:
     """The run's sampler seeded with ``sampler.seed + first_number``, the number of the first
     trial this worker asked (see :meth:`StudyRunner._launch`)."""
-    from dvt_hpo.studyfile import build_sampler
+    from dvt_hpo.study.optuna_factory import build_sampler
 
     return build_sampler(
         spec.study.sampler,
@@ -150,28 +148,8 @@ def check_settings(
             storage.set_study_system_attr(study_id, key, value)
 
 
-class StudyCache:
-    """The batch-size cache: study system attrs, so every worker and resume shares it."""
-
-    def __init__(self, storage: Any, study_id: int, lock: threading.RLock) -> None:
-        self._storage = storage
-        self._study_id = study_id
-        self._lock = lock
-
-    def get(self, key: str) -> dict[str, Any] | None:
-        with self._lock:
-            value = self._storage.get_study_system_attrs(self._study_id).get(CACHE_PREFIX + key)
-        return value if isinstance(value, dict) else None
-
-    def put(self, key: str, value: dict[str, Any]) -> None:
-        with self._lock:
-            self._storage.set_study_system_attr(self._study_id, CACHE_PREFIX + key, value)
-
-
 __all__ = [
     "ATTR_PREFIX",
-    "CACHE_PREFIX",
-    "StudyCache",
     "check_runs_dir",
     "check_settings",
     "open_study",

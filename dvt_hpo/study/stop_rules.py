@@ -20,7 +20,7 @@ SAME_REASON_STOP = 3
 
 
 class Finished(Protocol):
-    """What the rules read of a finished trial (:class:`~dvt_hpo.study.trial_run.TrialOutcome`)."""
+    """What the rules read of a finished trial (:class:`~dvt_hpo.study.outcome.TrialOutcome`)."""
 
     state: str
     reason: str | None

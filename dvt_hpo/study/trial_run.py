@@ -10,25 +10,31 @@ its answer.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import math
 import shutil
 import socket
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.atomic import read_json
+from dvt_hpo.batch.cache import cache_key
 from dvt_hpo.process import launch
 from dvt_hpo.process.devices import Slot
 from dvt_hpo.process.tree import TrialProcess, describe_exit
-from dvt_hpo.study import recovery, space
+from dvt_hpo.study import recovery
 from dvt_hpo.study.constraints import store_constraints
 from dvt_hpo.study.events import TrialReported
-from dvt_hpo.study.outcome import Flags, Limits, Objective, Outcome, Phase, classify
+from dvt_hpo.study.outcome import (
+    Flags,
+    Limits,
+    Objective,
+    Outcome,
+    Phase,
+    TrialOutcome,
+    classify,
+)
 from dvt_hpo.wire.control_server import ControlServer
 from dvt_hpo.wire.payload import CommandPayload, TrialLimits, TrialPayload
 from dvt_hpo.wire.protocol import ENV_LAUNCHED, Hello
@@ -36,43 +42,13 @@ from dvt_hpo.wire.protocol import ENV_LAUNCHED, Hello
 if TYPE_CHECKING:
     import optuna
 
-    from dvt_hpo.study.loop import StudyRunner
+    from dvt_hpo.study.handle import StudyHandle
 
 # Per metric, at most this many [step, value] points in the ``history`` user attr: Optuna
 # stores user attrs as JSON text, and the dashboard draws a curve, not a log.
 MAX_HISTORY_POINTS = 1000
 _STDERR_TAIL_LINES = 50
 _ATTR_TEXT_CHARS = 8000
-
-
-@dataclass
-class TrialOutcome:
-    """What the study loop learns when a trial is over."""
-
-    number: int
-    trial_id: int
-    state: str  # COMPLETE | PRUNED | FAIL
-    value: float | None
-    params: dict[str, Any]
-    duration_s: float
-    reason: str | None = None
-    interrupted: bool = False
-    batch_size: int | None = None
-    user_attrs: dict[str, Any] = field(default_factory=dict)
-    values: tuple[float, ...] = ()  # every objective's (COMPLETE)
-    constraints: tuple[float, ...] = ()  # <= 0 feasible; () when unconstrained or failed
-
-
-def cache_key(config: Mapping[str, Any], keys: tuple[str, ...], extra: Mapping[str, Any]) -> str:
-    """Hash of the config values that decide a trial's memory footprint."""
-    values: dict[str, Any] = {}
-    for path in keys:
-        try:
-            values[path] = space.get_path(config, path)
-        except (KeyError, IndexError, AttributeError):
-            values[path] = None
-    blob = json.dumps({"keys": values, "extra": extra}, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
 def history_attr(
@@ -98,14 +74,14 @@ class TrialRun:
 
     def __init__(
         self,
-        loop: StudyRunner,
+        study: StudyHandle,
         trial: optuna.Trial,
         params: dict[str, Any],
         config: dict[str, Any],
         slot: Slot,
     ) -> None:
-        self.loop = loop
-        self.spec = loop.spec
+        self.study = study
+        self.spec = study.spec
         self.trial = trial
         self.trial_id: int = trial._trial_id  # Optuna exposes no public id; storages need it
         self.number = trial.number
@@ -165,8 +141,8 @@ class TrialRun:
                 self.trial.report(float(value), int(step))
                 return bool(self.trial.should_prune())
 
-            with self.loop.study_lock:
-                prune = self.loop.db(decide, "a pruning decision")
+            with self.study.lock:
+                prune = self.study.db(decide, "a pruning decision")
         if prune:
             self.pruned_step = int(step)
             self.stop_event.set()
@@ -174,7 +150,7 @@ class TrialRun:
 
     def on_reported(self, step: int, metrics: dict[str, float], prune: bool) -> None:
         elapsed_s = time.monotonic() - self.start_time
-        self.loop.observers.trial_reported(
+        self.study.observers.trial_reported(
             TrialReported(self.number, int(step), dict(metrics), round(elapsed_s, 3))
         )
 
@@ -183,10 +159,10 @@ class TrialRun:
         self._set_attrs(attrs)
 
     def on_cache_get(self, key: str) -> dict[str, Any] | None:
-        return self.loop.cache.get(key)
+        return self.study.cache.get(key)
 
     def on_cache_put(self, key: str, value: dict[str, Any]) -> None:
-        self.loop.cache.put(key, value)
+        self.study.cache.put(key, value)
 
     # -- life -------------------------------------------------------------------------
     def start(self) -> None:
@@ -252,10 +228,10 @@ class TrialRun:
                 )
                 # Recording failed too: at least end it in the study (else it stays RUNNING
                 # until its heartbeat goes stale and is retried as if its orchestrator died).
-                with contextlib.suppress(Exception), self.loop.study_lock:
-                    self.loop.storage.set_trial_state_values(self.trial_id, _state("FAIL"))
+                with contextlib.suppress(Exception), self.study.lock:
+                    self.study.storage.set_trial_state_values(self.trial_id, _state("FAIL"))
         self.phase = Phase.FINISHED
-        self.loop.events.put(outcome)
+        self.study.finished(outcome)
 
     def _run(self) -> TrialOutcome:
         spec = self.spec
@@ -268,7 +244,7 @@ class TrialRun:
 
         with ControlServer(None, self) as server:
             env = launch.trial_env(
-                self.loop.child_env, self.slot, server.path, spec.trials.memory_limit
+                self.study.child_env, self.slot, server.path, spec.trials.memory_limit
             )
             self._set_attrs(
                 {"log_dir": str(self.trial_dir), "host": socket.gethostname()}
@@ -279,7 +255,7 @@ class TrialRun:
                 )
             )
             env[ENV_LAUNCHED] = repr(time.time())
-            self.process = self.loop.launcher.start(payload_path, env, self.trial_dir)
+            self.process = self.study.launcher.start(payload_path, env, self.trial_dir)
             if self.process.warm:
                 self._set_attrs({"warm_start": True})
             self.phase = Phase.RUNNING
@@ -377,24 +353,24 @@ class TrialRun:
         told: float | list[float] | None = (
             list(outcome.values) if self.spec.objective.is_multi else value
         )
-        with self.loop.study_lock:
-            study = self.loop.study
+        with self.study.lock:
+            study = self.study.study
             if outcome.state in ("COMPLETE", "PRUNED") and self.spec.objective.constraints:
                 # Before the tell, for every sampler: best_trial(s) and the dashboard read
                 # them; samplers with a constraints_func read them back at the tell.
-                self.loop.db(
+                self.study.db(
                     lambda: store_constraints(
-                        self.loop.storage, self.trial_id, outcome.constraints
+                        self.study.storage, self.trial_id, outcome.constraints
                     ),
                     "recording",
                 )
             # skip_if_finished: a tell retried after an outage may have landed the first time.
             if outcome.state == "COMPLETE":
-                self.loop.db(
+                self.study.db(
                     lambda: tell(study, self.trial, told, skip_if_finished=True), "recording"
                 )
             elif outcome.state == "PRUNED":
-                value = self.loop.db(
+                value = self.study.db(
                     lambda: (
                         tell(study, self.trial, state=_state("PRUNED"), skip_if_finished=True).value
                     ),
@@ -403,13 +379,13 @@ class TrialRun:
             elif outcome.retry:
                 recovery.fail_attempt(
                     study,
-                    self.loop.storage,
+                    self.study.storage,
                     self.trial_id,
                     retry=True,
                     max_retries=self.spec.trials.max_retries,
                 )
             else:
-                self.loop.db(
+                self.study.db(
                     lambda: tell(study, self.trial, state=_state("FAIL"), skip_if_finished=True),
                     "recording",
                 )
@@ -442,10 +418,10 @@ class TrialRun:
     def _set_attrs(self, attrs: Mapping[str, Any]) -> None:
         import optuna
 
-        with self.loop.study_lock:
+        with self.study.lock:
             for key, value in attrs.items():
                 try:
-                    self.loop.db(
+                    self.study.db(
                         lambda key=key, value=value: self.trial.set_user_attr(key, value),
                         "recording",
                     )
@@ -472,4 +448,4 @@ def _state(name: str) -> Any:
     return TrialState[name]
 
 
-__all__ = ["MAX_HISTORY_POINTS", "TrialOutcome", "TrialRun", "cache_key", "history_attr", "tell"]
+__all__ = ["MAX_HISTORY_POINTS", "TrialRun", "history_attr", "tell"]

@@ -1,11 +1,10 @@
 """:func:`load_spec`: a study file (and its ``--set`` overrides) -> a validated :class:`StudySpec`.
 
 Reads the file with line numbers, applies the overrides, reads each section group, then runs
-the cross-section checks (Optuna builds the sampler and pruner once) and, for ``run`` and
-``validate``, the runnable checks of :mod:`dvt_hpo.study.preflight` (the entry point's module
-found and its function defined, the storage driver, the GPUs, the built-in trainer's own
-config). The first
-problem raises :class:`~dvt_hpo.exceptions.SpecError` naming the file, the line, the dotted
+the cross-section checks (Optuna builds the sampler and pruner once). What ``run`` and
+``validate`` check on the machine beyond a valid file is the study's preflight
+(:func:`dvt_hpo.study.preflight.load_runnable`), which reads the file through
+:func:`read_study_file` for its line numbers. The first problem raises :class:`~dvt_hpo.exceptions.SpecError` naming the file, the line, the dotted
 field, the rule and the value. Loading writes nothing anywhere.
 """
 
@@ -21,7 +20,6 @@ from dvt_hpo.config.paths import format_path
 from dvt_hpo.config.source import Doc, apply_override, parse_override, read_yaml
 from dvt_hpo.exceptions import SpecError
 from dvt_hpo.store.storage import redact_url
-from dvt_hpo.study import preflight as runnable
 from dvt_hpo.studyfile.batch import read_batch_size
 from dvt_hpo.studyfile.command import check_command
 from dvt_hpo.studyfile.fields import Reader
@@ -32,22 +30,24 @@ from dvt_hpo.studyfile.study import check_algorithms, read_study, read_tracking
 from dvt_hpo.studyfile.trainer import read_trainer
 from dvt_hpo.studyfile.trials import read_trials
 
-__all__ = ["SECTIONS", "load_spec", "spec_to_dict"]
+__all__ = ["SECTIONS", "load_spec", "read_study_file", "spec_to_dict"]
 
 SECTIONS = ("study", "objective", "trials", "batch_size", "trainer", "search_space", "tracking")
 
 
-def load_spec(
-    path: str | Path, overrides: Sequence[str] = (), *, check_runnable: bool = False
-) -> StudySpec:
+def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> StudySpec:
     """Read and validate a study file; ``overrides`` are ``--set PATH=VALUE`` strings.
 
     Overrides are parsed as YAML and applied to the file's tree before validation
     (``study.n_trials=20``, ``trainer.config.epochs=3``, ``search_space[0].high=0.5`` or
     ``search_space.0.high=0.5``). Raises :class:`SpecError` for the first problem found.
-    Nothing is written anywhere. ``check_runnable`` also checks what running needs beyond a
-    valid file: the entry point's module, the storage driver and the GPUs named.
+    Nothing is written anywhere.
     """
+    return read_study_file(path, overrides)[1]
+
+
+def read_study_file(path: str | Path, overrides: Sequence[str] = ()) -> tuple[Doc, StudySpec]:
+    """:func:`load_spec`, with the file's :class:`Doc` (every node's line) beside the spec."""
     shown = str(path)
     absolute = Path(path).expanduser().resolve()
     parsed = [parse_override(text) for text in overrides]
@@ -106,9 +106,7 @@ def load_spec(
         tracking=tracking,
         locations={format_path(k): (f, line) for k, (f, line) in doc.locs.items()},
     )
-    if check_runnable:
-        runnable.check_runnable(doc, spec)
-    return spec
+    return doc, spec
 
 
 def _plain(value: Any) -> Any:

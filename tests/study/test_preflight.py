@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dvt_hpo.exceptions import SpecError
-from dvt_hpo.study.preflight import find_entrypoint
+from dvt_hpo.study.preflight import find_entrypoint, load_runnable
 from dvt_hpo.studyfile import load_spec
 
 TOY = """\
@@ -78,7 +78,7 @@ def study(write: Callable[..., Path], entry: str, module_text: str | None = TRAI
     ],
 )
 def test_names_a_module_defines_count(write: Callable[..., Path], attr: str) -> None:
-    spec = load_spec(study(write, f"mytrainer:{attr}"), check_runnable=True)
+    spec = load_runnable(study(write, f"mytrainer:{attr}"))
     found = find_entrypoint(spec.trainer.entrypoint, spec.path.parent)
     assert found.defined is True and found.note is None
 
@@ -96,7 +96,7 @@ def test_missing_function_is_refused_at_the_entrypoint_line(
 ) -> None:
     path = study(write, f"mytrainer:{attr}")
     with pytest.raises(SpecError) as info:
-        load_spec(path, check_runnable=True)
+        load_runnable(path)
     err = info.value
     assert (err.file, err.line, err.field) == (str(path), ENTRY_LINE, "trainer.entrypoint")
     assert says in err.message and str(path.parent / "mytrainer.py") in err.message, str(err)
@@ -105,13 +105,13 @@ def test_missing_function_is_refused_at_the_entrypoint_line(
 def test_star_import_cannot_be_ruled_out(write: Callable[..., Path]) -> None:
     # The module does `from json import *`: a name it does not define may come from there.
     text = "from json import *  # noqa: F403\n" + TRAINER
-    spec = load_spec(study(write, "mytrainer:loads", text), check_runnable=True)
+    spec = load_runnable(study(write, "mytrainer:loads", text))
     found = find_entrypoint(spec.trainer.entrypoint, spec.path.parent)
     assert found.defined is None and "import *" in (found.note or "")
 
 
 def test_compiled_module_is_skipped_with_a_note(write: Callable[..., Path]) -> None:
-    spec = load_spec(study(write, "math:sqrt", None), check_runnable=True)
+    spec = load_runnable(study(write, "math:sqrt", None))
     found = find_entrypoint(spec.trainer.entrypoint, spec.path.parent)
     assert found.defined is None
     assert "no Python source" in (found.note or "") and "skipped" in (found.note or "")
@@ -155,7 +155,7 @@ def digits(write: Callable[..., Path], builder: str = "cnn", device: str = "auto
 def test_unknown_builder_gets_a_did_you_mean(write: Callable[..., Path]) -> None:
     path = digits(write, "cnnn")
     with pytest.raises(SpecError) as info:
-        load_spec(path, check_runnable=True)
+        load_runnable(path)
     err = info.value
     assert (err.line, err.field) == (6, "trainer.config.model.builder"), str(err)
     assert "did you mean 'cnn'" in err.message and "mlp" in err.message, str(err)
@@ -165,7 +165,7 @@ def test_unknown_builder_among_searched_choices(write: Callable[..., Path]) -> N
     text = DIGITS.replace("BUILDER", "cnn").replace("DEVICE", "auto")
     text += "  - {name: arch, path: model.builder, kind: categorical, choices: [cnn, resnet]}\n"
     with pytest.raises(SpecError) as info:
-        load_spec(write(text), check_runnable=True)
+        load_runnable(write(text))
     err = info.value
     assert (err.line, err.field) == (10, "search_space[1].choices"), str(err)
     assert "'resnet'" in err.message, str(err)
@@ -175,17 +175,17 @@ def test_builder_by_import_path_is_read_like_the_entry_point(write: Callable[...
     path = digits(write, "'mytrainer:make_net'")
     (path.parent / "mytrainer.py").write_text("def make_model(in_shape, n):\n    pass\n")
     with pytest.raises(SpecError) as info:
-        load_spec(path, check_runnable=True)
+        load_runnable(path)
     assert "did you mean 'make_model'" in info.value.message, str(info.value)
     (path.parent / "mytrainer.py").write_text("def make_net(in_shape, n):\n    pass\n")
-    load_spec(path, check_runnable=True)
+    load_runnable(path)
 
 
 def test_unknown_data_kind_names_the_kinds(write: Callable[..., Path]) -> None:
     path = write(DIGITS.replace("BUILDER", "cnn").replace("{device: DEVICE}", "{}") + "")
     text = path.read_text().replace("    epochs: 1\n", "    epochs: 1\n    data: {kind: cifar}\n")
     with pytest.raises(SpecError) as info:
-        load_spec(write(text), check_runnable=True)
+        load_runnable(write(text))
     assert "imagefolder" in info.value.message and "'cifar'" in info.value.message
 
 
@@ -195,7 +195,7 @@ def test_cuda_device_without_a_gpu_is_refused(
 ) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     with pytest.raises(SpecError) as info:
-        load_spec(digits(write, device=device), check_runnable=True)
+        load_runnable(digits(write, device=device))
     err = info.value
     assert (err.line, err.field) == (7, "trainer.config.devices.device"), str(err)
     assert "no GPU" in err.message and "'cpu'" in err.message, str(err)
@@ -206,9 +206,9 @@ def test_cuda_index_beyond_the_trial_gpus_is_refused(
 ) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     path = digits(write, device="cuda:1")
-    load_spec(path, check_runnable=True)  # one trial at a time: both GPUs are its
+    load_runnable(path)  # one trial at a time: both GPUs are its
     with pytest.raises(SpecError) as info:
-        load_spec(path, ["trials.parallel=2"], check_runnable=True)
+        load_runnable(path, ["trials.parallel=2"])
     assert "cuda:1" in info.value.message and "1 GPU" in info.value.message, str(info.value)
 
 
@@ -217,13 +217,13 @@ def test_cuda_device_with_trials_on_cpu_is_refused(
 ) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     with pytest.raises(SpecError) as info:
-        load_spec(digits(write, device="cuda"), ["trials.devices=cpu"], check_runnable=True)
+        load_runnable(digits(write, device="cuda"), ["trials.devices=cpu"])
     assert "trials.devices" in info.value.message, str(info.value)
 
 
 def test_module_with_a_syntax_error_is_refused_naming_its_line(write: Callable[..., Path]) -> None:
     path = study(write, "mytrainer:run", "def run(config, ctx):\n    return {\n")
     with pytest.raises(SpecError) as info:
-        load_spec(path, check_runnable=True)
+        load_runnable(path)
     assert f"{path.parent / 'mytrainer.py'}:2" in info.value.message, str(info.value)
     assert "SyntaxError" in info.value.message

@@ -396,7 +396,7 @@ def test_an_interrupted_trial_already_failed_as_stale_is_not_enqueued_twice(
     runner.open_study()
     trial = runner.study.ask()
     trial.suggest_float("x", 0.0, 1.0)
-    run = TrialRun(runner, trial, dict(trial.params), {}, Slot(0, "", 1))
+    run = TrialRun(runner.handle, trial, dict(trial.params), {}, Slot(0, "", 1))
     # Another worker's heartbeat check failed it as stale and enqueued its copy (Optuna's path).
     runner.storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
     retry_callback(2)(runner.study, runner.storage.get_trial(trial._trial_id))

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from dvt_hpo.exceptions import SpecError
+from dvt_hpo.study.preflight import load_runnable
 from dvt_hpo.studyfile import COMMAND_ENTRYPOINT, load_spec
 from tests.studyfile.helpers import bad_file_test, case
 
@@ -207,7 +208,7 @@ def test_the_executable_must_exist(
     os.chmod(write("echo hi\n", name="run.sh"), 0o755)
     path = write(with_command(args))
     with pytest.raises(SpecError) as info:
-        load_spec(path, check_runnable=True)
+        load_runnable(path)
     err = info.value
     assert (err.line, err.field) == (COMMAND_LINE, f"trainer.command[{index}]"), str(err)
     assert message in str(err)
@@ -217,4 +218,4 @@ def test_the_executable_must_exist(
 def test_an_executable_that_exists(write: Callable[..., Path], args: str) -> None:
     write("print('hi')\n", name="train.py")
     os.chmod(write("echo hi\n", name="run.sh"), 0o755)
-    load_spec(write(with_command(args)), check_runnable=True)
+    load_runnable(write(with_command(args)))

@@ -1,0 +1,56 @@
+"""What one trial's run may use of the study it belongs to: a :class:`StudyHandle`.
+
+The study loop (:mod:`dvt_hpo.study.loop`) opens the study and hands each
+:class:`~dvt_hpo.study.trial_run.TrialRun` this handle; the run gives its outcome back through
+:attr:`StudyHandle.finished` and never reaches into the loop, so the loop imports the run and not
+the other way round.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from dvt_hpo.batch.cache import StudyCache
+from dvt_hpo.process.launch import Launcher
+from dvt_hpo.study.observers import Observers
+from dvt_hpo.study.outcome import TrialOutcome
+
+if TYPE_CHECKING:
+    import optuna
+
+    from dvt_hpo.studyfile.model import StudySpec
+
+T = TypeVar("T")
+
+
+class Retrying(Protocol):
+    """A call on the study's storage, retried through database outages (``StudyRunner.db``)."""
+
+    def __call__(self, call: Callable[[], T], what: str) -> T: ...
+
+
+@dataclass(frozen=True)
+class StudyHandle:
+    """The open study as a trial's run sees it.
+
+    ``lock`` serialises every storage call of this orchestrator (Optuna's storages are not
+    thread-safe across trials' threads); ``db`` retries a call through outages; ``finished``
+    takes the trial's outcome (the loop's event queue).
+    """
+
+    spec: StudySpec
+    study: optuna.Study
+    storage: Any
+    lock: threading.RLock
+    db: Retrying
+    cache: StudyCache
+    observers: Observers
+    launcher: Launcher
+    child_env: Mapping[str, str]
+    finished: Callable[[TrialOutcome], None]
+
+
+__all__ = ["Retrying", "StudyHandle"]

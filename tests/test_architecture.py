@@ -1,0 +1,173 @@
+"""The house plan, checked: the top level stays small, modules stay readable, no import cycle.
+
+Imports are read from the source (every ``import``/``from`` statement, including those inside
+functions and under ``TYPE_CHECKING``), so the check covers imports a test run never executes.
+``docs/architecture.md`` is the plan these rules keep true.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "dvt_hpo"
+
+# The only modules beside the packages: entry points, the user-facing exceptions, and the
+# stdlib-only helpers a user may import or copy (report, metrics) or every side shares (atomic).
+TOP_LEVEL = {
+    "__init__.py",
+    "__main__.py",
+    "cli.py",
+    "exceptions.py",
+    "report.py",
+    "metrics.py",
+    "atomic.py",
+    "worker.py",
+}
+MAX_LINES = 600
+# The built-in trainer is read top to bottom in one sitting (config -> data -> model -> probe ->
+# loop -> report), like nanoGPT's; its satellite concepts already have their own modules.
+LONG_ON_PURPOSE = {"train/trainer.py"}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _imports(path: Path, name: str, known: set[str]) -> set[str]:
+    """The project modules ``path`` imports (a name imported from a package counts as the
+    submodule when one exists, else as the package)."""
+    tree = ast.parse(path.read_text(), str(path))
+    is_package = path.name == "__init__.py"
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in known:
+                    found.add(alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = name.split(".")
+                if not is_package:
+                    anchor = anchor[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                if sub in known:
+                    found.add(sub)
+                elif base in known:
+                    found.add(base)
+    found.discard(name)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    known = set(modules)
+    return {name: _imports(path, name, known) for name, path in modules.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_top_level_holds_only_entry_points_and_shared_helpers() -> None:
+    top = {p.name for p in PACKAGE.glob("*.py")}
+    assert top <= TOP_LEVEL, (
+        f"new top-level modules {sorted(top - TOP_LEVEL)}: put them in a package"
+    )
+    assert len(top) <= 8
+
+
+def test_no_import_cycle_among_modules() -> None:
+    assert _cycles(_graph()) == []
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_relative_and_package_imports_resolve_to_modules(tmp_path: Path) -> None:
+    known = {"dvt_hpo.study", "dvt_hpo.study.loop", "dvt_hpo.study.space", "dvt_hpo.config.paths"}
+    source = tmp_path / "x.py"
+    source.write_text(
+        "from dvt_hpo.study import space\n"
+        "def f():\n"
+        "    from . import loop\n"
+        "    import dvt_hpo.config.paths\n"
+    )
+    assert _imports(source, "dvt_hpo.study.x", known) == {
+        "dvt_hpo.study.space",
+        "dvt_hpo.study.loop",
+        "dvt_hpo.config.paths",
+    }
+
+
+def test_no_module_is_longer_than_a_reader_holds() -> None:
+    long = {
+        str(p.relative_to(PACKAGE)): n
+        for p in PACKAGE.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
+    assert set(long) <= LONG_ON_PURPOSE, long
+
+
+def test_the_orchestrator_side_never_imports_torch() -> None:
+    """Statically: no module of the orchestrator's packages names torch in an import."""
+    orchestrator = ("config", "studyfile", "study", "store", "wire", "process", "views", "command")
+    offenders = []
+    for package in orchestrator:
+        for path in (PACKAGE / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = (
+                    [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else [node.module or ""]
+                    if isinstance(node, ast.ImportFrom)
+                    else []
+                )
+                if any(n == "torch" or n.startswith("torch.") for n in names):
+                    offenders.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert offenders == []
