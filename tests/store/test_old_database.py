@@ -1,0 +1,82 @@
+"""A study database written before the house plan (commit 1755f31, the flat ``dvt_hpo/*.py``
+layout) resumes under today's layout.
+
+``tests/fixtures/old_layout/old-studies.db`` was made by that code with the two study files beside
+it: ``old-builtin`` (built-in trainer) has 2 COMPLETE trials and trial 2 left RUNNING by a
+``kill -9`` of its orchestrator; ``old-command`` (a command trainer, whose base record stores the
+entry point ``dvt_hpo.command:run``) has 2 COMPLETE trials and trial 2 interrupted by Ctrl-C (FAIL
+with its WAITING retry copy). Resuming must finish each budget, rerun the interrupted trial with
+its parameters, and keep the completed trials as they were.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "old_layout"
+
+pytestmark = pytest.mark.processes
+
+
+@pytest.fixture
+def old_studies(tmp_path: Path) -> Path:
+    folder = tmp_path / "old"
+    shutil.copytree(FIXTURE, folder)
+    return folder
+
+
+def _trials(folder: Path, name: str) -> list[optuna.trial.FrozenTrial]:
+    storage = f"sqlite:///{folder / 'old-studies.db'}"
+    return optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
+
+
+def _run(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dvt_hpo", *args],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+
+
+@pytest.mark.parametrize(
+    ("study_file", "name", "state_before"),
+    [
+        ("builtin.yaml", "old-builtin", "RUNNING"),
+        ("command.yaml", "old-command", "FAIL"),
+    ],
+)
+def test_a_study_written_by_the_flat_layout_resumes(
+    old_studies: Path, study_file: str, name: str, state_before: str
+) -> None:
+    before = _trials(old_studies, name)
+    assert [t.state.name for t in before[:3]] == ["COMPLETE", "COMPLETE", state_before]
+    interrupted = before[2].params
+
+    done = _run(old_studies, "run", study_file)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+    after = _trials(old_studies, name)
+    complete = [t for t in after if t.state.name == "COMPLETE"]
+    assert len(complete) == 4  # the exact budget
+    assert not [t for t in after if t.state.name in ("RUNNING", "WAITING")]
+    # The completed trials are kept as they were.
+    for old, new in zip(before[:2], after[:2]):
+        assert (new.state.name, new.value, new.params) == ("COMPLETE", old.value, old.params)
+    # The interrupted trial is FAIL and rerun once, with its parameters.
+    assert after[2].state.name == "FAIL"
+    retries = [t for t in complete if t.user_attrs.get("retry_of") == 2]
+    assert len(retries) == 1 and retries[0].params == interrupted
+
+    status = _run(old_studies, "status", study_file)
+    assert status.returncode == 0, status.stderr
+    assert f"study {name!r}" in status.stdout
+    best = _run(old_studies, "best", study_file)
+    assert best.returncode == 0, best.stderr
