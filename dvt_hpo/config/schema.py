@@ -20,6 +20,7 @@ the models. The rules, shared by every conversion:
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import functools
 import math
@@ -40,6 +41,7 @@ __all__ = [
     "domain",
     "field_type_at",
     "from_mapping",
+    "from_wire_mapping",
     "read_fields",
     "rule",
     "to_plain",
@@ -74,6 +76,8 @@ def domain(
 
 
 _NONE_TYPE = type(None)
+# True while converting data that crossed a process boundary (:func:`from_wire_mapping`).
+_WIRE: contextvars.ContextVar[bool] = contextvars.ContextVar("dvt_hpo_schema_wire", default=False)
 _PLAIN_SCALARS = (str, int, float, bool, _NONE_TYPE)
 
 
@@ -357,7 +361,11 @@ def read_fields(
     for key, value in data.items():
         r = rules[key]
         field_path = _join(path, key)
-        if r is not None and r.domain:
+        if _WIRE.get():
+            # What crossed a process boundary was checked when its study file was loaded:
+            # here its shape only (keys and JSON types), not the study file's value rules.
+            out[key] = _convert(value, hints[key], field_path, source)
+        elif r is not None and r.domain:
             out[key] = value
         elif r is not None:
             out[key] = check_value(value, hints[key], r, field_path, source)
@@ -368,7 +376,7 @@ def read_fields(
         if (
             f.init
             and f.name not in out
-            and not (r is not None and r.domain)
+            and not (r is not None and r.domain and not _WIRE.get())
             and f.default is dataclasses.MISSING
             and f.default_factory is dataclasses.MISSING
         ):
@@ -403,6 +411,25 @@ def from_mapping(cls: type, data: Any, *, source: str | None = None, path: str =
     except SpecError as exc:
         field = _join(path, exc.field) if exc.field else (path or None)
         raise SpecError(exc.message, file=source, line=exc.line, field=field) from None
+
+
+def from_wire_mapping(cls: type, data: Any, where: str, error: type[Exception] = ValueError) -> Any:
+    """Build ``cls`` from JSON that crossed a process boundary (a protocol message, the trial
+    payload, a section given by hand): the same rules as :func:`from_mapping`, raised as
+    ``error("<where>: <field>: <rule>")``, since such data has no file or line to point at.
+    Only the shape is checked (keys and types, domain fields included): the values were checked
+    against the study file's rules when it was loaded."""
+    token = _WIRE.set(True)
+    try:
+        return from_mapping(cls, data)
+    except SpecError as exc:
+        # "unknown key 'x'" and "missing required key 'x'" name the key: point at its section.
+        parent, _, key = (exc.field or "").rpartition(".")
+        shown = parent if key and f"'{key}'" in exc.message else exc.field
+        at = f" {shown}" if shown else ""
+        raise error(f"{where}{at}: {exc.message}") from None
+    finally:
+        _WIRE.reset(token)
 
 
 def to_plain(obj: Any) -> Any:

@@ -140,13 +140,11 @@ def _metrics(step: Any, metrics: Mapping[str, Any]) -> tuple[int, dict[str, floa
 def _batch_size_spec(data: Mapping[str, Any]) -> BatchSizeSpec:
     """A ``batch_size`` section given as a plain mapping (by hand, outside a study): its keys
     and types are checked here; the search checks its bounds when it runs."""
+    from dvt_hpo.config.schema import from_wire_mapping
     from dvt_hpo.studyfile import BatchSizeSpec
-    from dvt_hpo.wire.protocol import check_fields
 
-    values = check_fields(BatchSizeSpec, data, "batch_size", TypeError)
-    if "memory_keys" in values:
-        values["memory_keys"] = tuple(values["memory_keys"])
-    return BatchSizeSpec(**values)
+    spec: BatchSizeSpec = from_wire_mapping(BatchSizeSpec, data, "batch_size", TypeError)
+    return spec
 
 
 def _format_value(value: float) -> str:

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from dvt_hpo.atomic import write_json_atomic
+from dvt_hpo.config.schema import from_wire_mapping
 from dvt_hpo.process.devices import Devices
 from dvt_hpo.studyfile import BatchSizeSpec
-from dvt_hpo.wire.protocol import PROTOCOL_VERSION, check_fields
+from dvt_hpo.wire.protocol import PROTOCOL_VERSION
 
 
 class PayloadError(ValueError):
@@ -84,34 +85,18 @@ class TrialPayload:
             raise PayloadError(
                 f"payload protocol must be {PROTOCOL_VERSION} (this dvt-hpo), got {version!r}"
             )
-        values = _fields(cls, data, "payload")
-        entrypoint = values["entrypoint"]
+        payload: TrialPayload = from_wire_mapping(cls, data, "payload", PayloadError)
+        entrypoint = payload.entrypoint
         if entrypoint.count(":") != 1 or not all(entrypoint.split(":")):
             raise PayloadError(f"payload entrypoint must be 'module:function', got {entrypoint!r}")
-        if values.get("batch_size") is not None:
-            bs = dict(_fields(BatchSizeSpec, values["batch_size"], "payload batch_size"))
-            if "memory_keys" in bs:
-                bs["memory_keys"] = tuple(bs["memory_keys"])
-            values["batch_size"] = BatchSizeSpec(**bs)
-        if values.get("command") is not None:
-            command = _fields(CommandPayload, values["command"], "payload command")
-            command["argv"] = tuple(command["argv"])
-            if not command["argv"]:
-                raise PayloadError("payload command.argv must not be empty")
-            values["command"] = CommandPayload(**command)
-        if "limits" in values:
-            values["limits"] = TrialLimits(**_fields(TrialLimits, values["limits"], "limits"))
-        devices = values.get("devices", "auto")
-        if isinstance(devices, list):
-            devices = tuple(devices)
-        if not _is_devices(devices):
+        if payload.command is not None and not payload.command.argv:
+            raise PayloadError("payload command.argv must not be empty")
+        if not _is_devices(payload.devices):
             raise PayloadError(
                 "payload devices must be 'auto', 'cpu', 'cuda', an int or a list of ints, "
-                f"got {devices!r}"
+                f"got {payload.devices!r}"
             )
-        values["devices"] = devices
-        values["gpus"] = tuple(values.get("gpus", ()))
-        return cls(**values)
+        return payload
 
     @classmethod
     def read(cls, path: str | os.PathLike[str]) -> TrialPayload:
@@ -136,10 +121,6 @@ def _is_devices(value: Any) -> bool:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _fields(cls: type, data: Any, where: str) -> dict[str, Any]:
-    return check_fields(cls, data, where, PayloadError)
 
 
 __all__ = ["CommandPayload", "PayloadError", "TrialLimits", "TrialPayload"]

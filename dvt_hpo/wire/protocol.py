@@ -5,8 +5,8 @@ The orchestrator's end is :mod:`dvt_hpo.wire.control_server`, the trial's :mod:`
 
 Every message is a frozen dataclass with a ``TYPE``; :func:`to_wire` / :func:`from_wire` turn
 it into / out of a JSON object whose ``type`` names it, checking every field's JSON type.
-:func:`check_fields` is the one checker for what crosses a process boundary (the payload uses
-it too).
+Fields are checked by the one schema engine, in its mode for what crosses a process boundary
+(:func:`dvt_hpo.config.schema.from_wire_mapping`), as the payload and the result are.
 """
 
 from __future__ import annotations
@@ -14,12 +14,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import socket
-import types
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from dvt_hpo.config.schema import from_wire_mapping
 from dvt_hpo.report import ENV_REPORT, PRUNED_EXIT_CODE
 
 # 2: typed payload (batch_size as the spec's section, cache_key, devices, limits), version
@@ -226,7 +225,8 @@ def from_wire(data: Mapping[str, Any]) -> Message:
     if cls is None:
         raise ProtocolError(f"unknown message type {kind!r}; known: {sorted(MESSAGE_TYPES)}")
     body = {k: v for k, v in data.items() if k != "type"}
-    return cls(**check_fields(cls, body, f"a {kind!r} message", ProtocolError))
+    message: Message = from_wire_mapping(cls, body, f"a {kind!r} message", ProtocolError)
+    return message
 
 
 def hello(rank: int, local_rank: int, world_size: int, pid: int, pgid: int) -> Hello:
@@ -244,62 +244,6 @@ def version_mismatch(hello: Hello) -> str | None:
 
 
 # -- one JSON-type checker for everything that crosses a process boundary --------------------
-
-
-def check_fields(
-    cls: type, data: Any, where: str, error: type[Exception] = ValueError
-) -> dict[str, Any]:
-    """The keys of ``data`` as the dataclass ``cls``'s fields, each of its annotated JSON type;
-    unknown keys and missing required fields raise ``error``. Nested dataclasses are left to
-    their own reader."""
-    if not isinstance(data, Mapping):
-        raise error(f"{where} must be an object, got {data!r:.200}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
-        raise error(f"{where} has unknown keys {unknown}; allowed: {sorted(fields)}")
-    hints = typing.get_type_hints(cls)
-    values: dict[str, Any] = {}
-    for name, f in fields.items():
-        if name not in data:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise error(f"{where} needs {name!r}")
-            continue
-        value = data[name]
-        if not _json_type_ok(value, hints[name]):
-            raise error(f"{where}: {name} has the wrong type: {value!r:.200}")
-        values[name] = value
-    return values
-
-
-def _json_type_ok(value: Any, hint: Any) -> bool:
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        return any(_json_type_ok(value, a) for a in args)
-    if hint is type(None):
-        return value is None
-    if origin is typing.Literal:
-        return value in args
-    if hint is Any or dataclasses.is_dataclass(hint):
-        return True
-    if hint is bool:
-        return isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is str:
-        return isinstance(value, str)
-    if origin is dict:
-        value_hint = args[1] if len(args) == 2 else Any
-        return isinstance(value, dict) and all(
-            isinstance(k, str) and _json_type_ok(v, value_hint) for k, v in value.items()
-        )
-    if origin in (tuple, list):
-        item = args[0] if args else Any
-        return isinstance(value, list) and all(_json_type_ok(v, item) for v in value)
-    return True
 
 
 __all__ = [
@@ -328,7 +272,6 @@ __all__ = [
     "Message",
     "ProtocolError",
     "Report",
-    "check_fields",
     "decode",
     "encode",
     "from_wire",

@@ -12,6 +12,7 @@ from dvt_hpo.config.schema import (
     domain,
     field_type_at,
     from_mapping,
+    from_wire_mapping,
     read_fields,
     rule,
     value_fits_type,
@@ -116,3 +117,51 @@ def test_field_type_at_unknown_paths(path: str, words: list[str]) -> None:
 )
 def test_value_fits_type(value: Any, tp: Any, fits: bool) -> None:
     assert value_fits_type(value, tp) is fits
+
+
+# -- what crosses a process boundary ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Inner:
+    n: int = rule(1, ge=1)
+    tags: tuple[str, ...] = domain(())
+
+
+@dataclass(frozen=True)
+class _Message:
+    name: str
+    inner: _Inner = _Inner()
+
+
+def test_wire_mode_builds_nested_dataclasses_and_tuples() -> None:
+    msg = from_wire_mapping(_Message, {"name": "a", "inner": {"n": 3, "tags": ["x"]}}, "a message")
+    assert msg == _Message("a", _Inner(3, ("x",)))
+
+
+def test_wire_mode_checks_shape_not_the_study_files_value_rules() -> None:
+    # n >= 1 is the study file's rule, checked when it was loaded; a message keeps its value.
+    assert from_wire_mapping(_Message, {"name": "a", "inner": {"n": 0}}, "m").inner.n == 0
+    with pytest.raises(TypeError, match=r"^m inner.tags: expected a list of str, got 'x'"):
+        from_wire_mapping(_Message, {"name": "a", "inner": {"tags": "x"}}, "m", TypeError)
+
+
+@pytest.mark.parametrize(
+    ("data", "error"),
+    [
+        ({}, r"^m: missing required key 'name'"),
+        ({"name": "a", "inner": {"m": 1}}, r"^m inner: unknown key 'm' \(allowed keys: n, tags\)"),
+        ({"name": 1}, r"^m name: expected str, got 1"),
+        ([], r"^m: expected a mapping"),
+    ],
+)
+def test_wire_mode_errors_name_the_message_and_field(data: Any, error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        from_wire_mapping(_Message, data, "m")
+
+
+def test_wire_mode_does_not_leak_into_study_file_reading() -> None:
+    with pytest.raises(ValueError):
+        from_wire_mapping(_Message, {"name": 1}, "m")
+    with pytest.raises(SpecError, match=">= 1"):
+        from_mapping(_Message, {"name": "a", "inner": {"n": 0}})

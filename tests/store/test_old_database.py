@@ -68,7 +68,7 @@ def test_a_study_written_by_the_flat_layout_resumes(
     assert len(complete) == 4  # the exact budget
     assert not [t for t in after if t.state.name in ("RUNNING", "WAITING")]
     # The completed trials are kept as they were.
-    for old, new in zip(before[:2], after[:2]):
+    for old, new in zip(before[:2], after[:2], strict=True):
         assert (new.state.name, new.value, new.params) == ("COMPLETE", old.value, old.params)
     # The interrupted trial is FAIL and rerun once, with its parameters.
     assert after[2].state.name == "FAIL"

@@ -315,12 +315,12 @@ def test_every_message_round_trips_through_a_json_line(msg: Any) -> None:
     ("data", "error"),
     [
         ({"type": "frobnicate"}, "unknown message type 'frobnicate'"),
-        ({"type": "report", "metrics": {}}, "needs 'step'"),
-        ({"type": "report", "step": "3", "metrics": {}}, "step has the wrong type"),
-        ({"type": "report", "step": True, "metrics": {}}, "step has the wrong type"),
-        ({"type": "report", "step": 1, "metrics": {"a": "x"}}, "metrics has the wrong type"),
-        ({"type": "decision", "id": 1, "prune": 1}, "prune has the wrong type"),
-        ({"type": "hello", "protocol": 2, "rank": 0, "extra": 1}, "unknown keys \\['extra'\\]"),
+        ({"type": "report", "metrics": {}}, "missing required key 'step'"),
+        ({"type": "report", "step": "3", "metrics": {}}, "step: expected int"),
+        ({"type": "report", "step": True, "metrics": {}}, "step: expected int"),
+        ({"type": "report", "step": 1, "metrics": {"a": "x"}}, "metrics.a: expected float"),
+        ({"type": "decision", "id": 1, "prune": 1}, "prune: expected bool"),
+        ({"type": "hello", "protocol": 2, "rank": 0, "extra": 1}, "unknown key 'extra'"),
     ],
 )
 def test_from_wire_checks_types_and_keys(data: dict[str, Any], error: str) -> None:
