@@ -8,7 +8,7 @@ For scripts run by ``trainer.command``::
         ...
         report(epoch, loss=val_loss, macro_f1=f1)
 
-Inside a study, each call goes to the trial's worker (over the Unix socket named by
+Inside a study, each call goes to the trial process (over the Unix socket named by
 ``$DVT_HPO_REPORT``), which reports it to the study like ``ctx.report`` and answers with the
 pruning decision; when the study prunes the trial, ``report`` raises
 ``SystemExit(PRUNED_EXIT_CODE)`` so the script ends at once (its ``finally`` blocks run). A
@@ -35,10 +35,10 @@ from typing import Any
 
 __all__ = ["ENV_REPORT", "PRUNED_EXIT_CODE", "report"]
 
-# The trial's worker sets this to its report socket's path; absent outside a study.
+# The trial process sets this to its report socket's path; absent outside a study.
 ENV_REPORT = "DVT_HPO_REPORT"
 # The exit status of a script that ``report`` ended because the study pruned the trial. The
-# same number is the worker's own exit status for a pruned trial (dvt_hpo.wire.protocol.EXIT_PRUNED).
+# same number is the trial process's own exit status for a pruned trial (dvt_hpo.wire.protocol.EXIT_PRUNED).
 PRUNED_EXIT_CODE = 3
 
 _lock = threading.Lock()
@@ -52,8 +52,8 @@ def report(step: int, metrics: Mapping[str, Any] | None = None, **more: Any) -> 
 
     Raises ``SystemExit(PRUNED_EXIT_CODE)`` when the study prunes the trial, ``ValueError`` or
     ``TypeError`` for a bad step or metric (also those the study refuses, such as a step
-    reported twice), ``ConnectionError`` when the trial's worker is gone, ``RuntimeError``
-    when the worker could not report it.
+    reported twice), ``ConnectionError`` when the trial process is gone, ``RuntimeError``
+    when the trial process could not report it.
     """
     values = _clean(step, {**(metrics or {}), **more})
     address = os.environ.get(ENV_REPORT)
@@ -102,7 +102,7 @@ def _exchange(address: str, data: bytes) -> dict[str, Any]:
         except OSError as exc:
             sock.close()
             raise ConnectionError(
-                f"cannot reach the dvt-hpo trial worker at ${ENV_REPORT}={address}: {exc}"
+                f"cannot reach the dvt-hpo trial process at ${ENV_REPORT}={address}: {exc}"
             ) from None
         _connection = (pid, sock, sock.makefile("rb"))
     _, sock, reader = _connection
@@ -113,11 +113,11 @@ def _exchange(address: str, data: bytes) -> dict[str, Any]:
         line = b""
     if not line:
         _connection = None
-        raise ConnectionError("the dvt-hpo trial worker closed the report connection")
+        raise ConnectionError("the dvt-hpo trial process closed the report connection")
     try:
         reply = json.loads(line)
     except ValueError:
         reply = None
     if not isinstance(reply, dict):
-        raise ConnectionError(f"unexpected reply from the dvt-hpo trial worker: {line[:200]!r}")
+        raise ConnectionError(f"unexpected reply from the dvt-hpo trial process: {line[:200]!r}")
     return reply

@@ -42,11 +42,11 @@ def test_bad_reports_raise_before_anything_is_sent(
         report(step, metrics)  # type: ignore[arg-type]
 
 
-def test_a_missing_worker_is_a_connection_error(
+def test_a_missing_trial_process_is_a_connection_error(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv(ENV_REPORT, str(tmp_path / "gone.sock"))
-    with pytest.raises(ConnectionError, match="cannot reach the dvt-hpo trial worker"):
+    with pytest.raises(ConnectionError, match="cannot reach the dvt-hpo trial process"):
         report(0, loss=1.0)
 
 

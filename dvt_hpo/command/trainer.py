@@ -1,19 +1,19 @@
-"""``trainer.command``: a training script run as the trial's trainer, by the trial's worker.
+"""``trainer.command``: a training script run as the trial's trainer, by the trial process.
 
-The worker calls :func:`run` as it calls any entry point, so everything around an entry point
-applies to the script unchanged: the worker's memory limit (``RLIMIT_AS`` is inherited), its
+The trial process calls :func:`run` as it calls any entry point, so everything around an entry point
+applies to the script unchanged: the trial process's memory limit (``RLIMIT_AS`` is inherited), its
 control connection as watchdog, its process group (the script is a child in the *same* group,
 so the orchestrator's stop and timeout, and the watchdog, reach it), the slot's environment
 (``CUDA_VISIBLE_DEVICES``, ``OMP_NUM_THREADS``, under torchrun ``RANK``, ``MASTER_ADDR``...),
 the folder it runs in and the capped log files: the script's stdout and stderr are copied line
-by line to the worker's own, which are the trial's logs. A line ends at ``\n``, ``\r\n`` or a
+by line to the trial process's own, which are the trial's logs. A line ends at ``\n``, ``\r\n`` or a
 lone ``\r``: a progress bar redrawn with ``\r`` reaches the log and the pattern at each redraw.
 
 Metrics reach ``ctx.report`` two ways, both going through one lock so each step is reported
 once: :mod:`dvt_hpo.report` in the script (over a Unix socket named by ``$DVT_HPO_REPORT``;
 a prune answers it, and the script raises ``SystemExit``), and ``trainer.metrics_pattern``
 matched on each stdout line (a prune stops the script: SIGTERM, then SIGKILL after the grace).
-Stdlib only, like the rest of the worker.
+Stdlib only, like the rest of the trial process.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def run(config: Mapping[str, Any], ctx: Context, *, command: CommandPayload) -> 
         try:
             returncode = proc.wait()
         finally:
-            if proc.returncode is None:  # the worker is being stopped (SIGTERM, Ctrl-C)
+            if proc.returncode is None:  # the trial process is being stopped (SIGTERM, Ctrl-C)
                 stopper.request(delay_s=0.0)
                 proc.wait()
             stopper.exited.set()
@@ -167,8 +167,8 @@ def _binary(stream: IO[str]) -> IO[bytes] | None:
 
 class _Stopper:
     """Stops the script once: after ``delay_s`` (time to exit by itself), SIGTERM; after the
-    grace, SIGKILL. The script alone is signalled: the worker shares its process group, and
-    what the script forked dies with the group when the worker exits."""
+    grace, SIGKILL. The script alone is signalled: the trial process shares its process group, and
+    what the script forked dies with the group when the trial process exits."""
 
     def __init__(self, proc: subprocess.Popen[bytes], grace_s: float) -> None:
         self._proc = proc
@@ -329,7 +329,7 @@ class _Pump:
         try:
             for line, is_line in split_lines(chunks, _MAX_LINE_BYTES):
                 if self._sink is not None:
-                    # As written, "\r" included: the worker's stdout is a terminal when the
+                    # As written, "\r" included: the trial process's stdout is a terminal when the
                     # trial is rerun by hand, where a redrawn bar must stay one line, and the
                     # log then reads like a capture of that terminal.
                     with contextlib.suppress(OSError, ValueError):

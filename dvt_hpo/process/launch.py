@@ -160,7 +160,7 @@ class Launcher:
     """Starts a study run's trial processes.
 
     With ``trials.warm`` (the default for ``launcher: process``) each trial is forked from one
-    template process that imported the worker, the entry point's module and
+    template process that imported the trial process, the entry point's module and
     ``trials.preload`` once (:mod:`dvt_hpo.process.warm`; their warm-up hooks run in folders under
     ``warm_dir``); otherwise, and for torchrun, each trial is a
     fresh ``python`` process. A template whose watched files changed on disk, or that died, is

@@ -1,10 +1,10 @@
 """Warm trial starts: a template process imports once, then forks a fresh child per trial.
 
 In the spirit of multiprocessing's forkserver (a "zygote"). The orchestrator starts one
-template per study run (``python -m dvt_hpo.process.warm FD LOG_PATH MODULE...``); the template imports the worker, the
+template per study run (``python -m dvt_hpo.process.warm FD LOG_PATH MODULE...``); the template imports the trial process, the
 entry point's module, torch and ``trials.preload``, then waits for requests on a socket. For
 each trial it forks a child that becomes a session (and process-group) leader of its own, sets
-the trial's environment, working directory and log files, and runs the worker's ``main``
+the trial's environment, working directory and log files, and runs the trial process's ``main``
 exactly as ``python -m dvt_hpo.trial PAYLOAD`` would. The child is watched like a spawned
 trial: control socket, parent-death signal, timeout, SIGTERM -> grace -> SIGKILL, exit status.
 
@@ -144,8 +144,8 @@ def _child(
     inherited: Sequence[int],
     template_pid: int,
 ) -> None:
-    """In the forked child: become the trial process, run the worker, never return."""
-    # Die with the template from the first instruction: the worker sets this again, but it
+    """In the forked child: become the trial process, run the trial process, never return."""
+    # Die with the template from the first instruction: the trial process sets this again, but it
     # takes the parent it sees then as the one to die with, and a template killed in between
     # (its owner was) would leave this child running under init.
     _set_parent_death_signal()
@@ -177,9 +177,9 @@ def _child(
             torch.set_num_threads(int(threads))
         args = list(request["args"])
         sys.argv = [request.get("argv0", "dvt_hpo.trial.main"), *args]
-        from dvt_hpo.trial import main as worker
+        from dvt_hpo.trial import main as trial_main
 
-        code = worker.main(args)
+        code = trial_main.main(args)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException:  # noqa: BLE001 - the child must never return into the template

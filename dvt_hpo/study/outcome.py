@@ -21,7 +21,7 @@ The rules, first match wins:
 5. the study was interrupted: FAIL, retried;
 6. it ran past ``trials.timeout_s``: FAIL;
 7. a rank raised: FAIL with the earliest error (under DDP the others often fail only because
-   of it), out-of-memory as the worker classified it;
+   of it), out-of-memory as the trial process classified it;
 8. otherwise: FAIL with the exit status.
 """
 
@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 from dvt_hpo.study.reduction import choose_epoch, reduce_trial
 from dvt_hpo.studyfile.model import ConstraintSpec
+from dvt_hpo.wire.result import TrialResult
 
 State = Literal["COMPLETE", "PRUNED", "FAIL"]
 History = Sequence[tuple[int, Mapping[str, float]]]
@@ -114,25 +115,24 @@ def reduce_history(history: History, metric: str, direction: str, reduce: str) -
 
 
 def first_error(
-    result: Mapping[str, Any] | None, rank_errors: Sequence[Mapping[str, Any]]
-) -> Mapping[str, Any] | None:
+    result: TrialResult | None, rank_errors: Sequence[TrialResult]
+) -> TrialResult | None:
     """The earliest error of any rank: under DDP the chief often fails only because another
     rank died first, and the first failure is the cause."""
-    errors = [result] if result and result.get("status") == "error" else []
-    errors += [e for e in rank_errors if e.get("status", "error") == "error"]
+    errors = [r for r in (result, *rank_errors) if r is not None and r.failed]
     if not errors:
         return None
-    return min(errors, key=lambda e: float(e.get("time_unix", math.inf)))
+    return min(errors, key=lambda e: math.inf if e.time_unix is None else e.time_unix)
 
 
 def classify(
-    result: Mapping[str, Any] | None,
+    result: TrialResult | None,
     exit_status: int | None,
     flags: Flags,
     *,
     objective: Objective,
     history: History = (),
-    rank_errors: Sequence[Mapping[str, Any]] = (),
+    rank_errors: Sequence[TrialResult] = (),
     limits: Limits = Limits(),
 ) -> Outcome:
     """The outcome of one finished trial process (see the module's rules)."""
@@ -158,14 +158,17 @@ def classify(
             constraints=pruned.constraints,
         )
 
-    ok = result is not None and result.get("status") == "ok"
     stopped_by_us = flags.interrupted or flags.timed_out
-    if ok and not rank_errors and (exit_status == 0 or stopped_by_us):
-        assert result is not None
+    if (
+        result is not None
+        and result.status == "ok"
+        and not rank_errors
+        and (exit_status == 0 or stopped_by_us)
+    ):
         steps = list(history)
-        if not steps and isinstance(result.get("metrics"), Mapping) and result["metrics"]:
-            steps = [(0, result["metrics"])]
-        final = result.get("metrics") if isinstance(result.get("metrics"), Mapping) else None
+        if not steps and result.metrics:
+            steps = [(0, result.metrics)]
+        final = result.metrics
         reduced = reduce_trial(
             steps,
             objective.names,
@@ -197,17 +200,13 @@ def classify(
 
     error = first_error(result, rank_errors)
     if error is not None:
-        reason = error.get("reason")  # a command's failure says it all
-        if not isinstance(reason, str) or not reason:
-            reason = f"{error.get('exc_type', 'Error')}: {error.get('message', '')}".strip()
-        if error.get("rank", 0):
-            reason = f"rank {error['rank']}: {reason}"
-        if limits.memory_limit and error.get("out_of_memory") is True:
+        # A command's failure says it all in its reason.
+        reason = error.reason or f"{error.exc_type or 'Error'}: {error.message or ''}".strip()
+        if error.rank:
+            reason = f"rank {error.rank}: {reason}"
+        if limits.memory_limit and error.out_of_memory:
             reason += f" (trials.memory_limit={limits.memory_limit} bytes)"
-        tb = error.get("traceback")
-        return Outcome(
-            "FAIL", "failed", reason=reason, traceback=tb if isinstance(tb, str) else None
-        )
+        return Outcome("FAIL", "failed", reason=reason, traceback=error.traceback)
     if exit_status != 0:
         return Outcome(
             "FAIL", "failed", reason=f"trial process ended with {describe_exit(exit_status)}"

@@ -18,7 +18,6 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from dvt_hpo.atomic import read_json
 from dvt_hpo.batch.cache import cache_key
 from dvt_hpo.process import launch
 from dvt_hpo.process.devices import Slot
@@ -38,6 +37,7 @@ from dvt_hpo.study.outcome import (
 from dvt_hpo.wire.control_server import ControlServer
 from dvt_hpo.wire.payload import CommandPayload, TrialLimits, TrialPayload
 from dvt_hpo.wire.protocol import ENV_LAUNCHED, Hello
+from dvt_hpo.wire.result import ResultError, read_result
 
 if TYPE_CHECKING:
     import optuna
@@ -286,14 +286,17 @@ class TrialRun:
 
     def _conclude(self, returncode: int | None) -> TrialOutcome:
         spec = self.spec
-        result = read_json(self.trial_dir / "result.json")
-        if not isinstance(result, dict):
-            result = None
-        rank_errors = [
-            data
-            for path in sorted(self.trial_dir.glob("error-rank*.json"))
-            if isinstance(data := read_json(path), dict)
-        ]
+        try:
+            result = read_result(self.trial_dir / "result.json")
+            rank_errors = [
+                error
+                for path in sorted(self.trial_dir.glob("error-rank*.json"))
+                if (error := read_result(path)) is not None
+            ]
+        except ResultError as exc:
+            # Another version's (or a hand-edited) file: how the trial ended is unknown.
+            result, rank_errors = None, []
+            self.protocol_error = self.protocol_error or str(exc)
         outcome = classify(
             result,
             returncode,
@@ -316,11 +319,11 @@ class TrialRun:
             rank_errors=rank_errors,
             limits=Limits(spec.trials.timeout_s, spec.trials.memory_limit),
         )
-        if result and isinstance(result.get("startup_s"), (int, float)):
+        if result is not None and result.startup_s is not None:
             # Launch to the entry point's call: what a warm start saves.
-            self._set_attrs({"startup_s": result["startup_s"]})
-        if result and result.get("status") == "ok" and result.get("metrics"):
-            self._set_attrs({"final_metrics": result["metrics"]})
+            self._set_attrs({"startup_s": result.startup_s})
+        if result is not None and result.status == "ok" and result.metrics:
+            self._set_attrs({"final_metrics": result.metrics})
         return self._record(outcome, returncode)
 
     def _record(self, outcome: Outcome, returncode: int | None) -> TrialOutcome:

@@ -3,7 +3,7 @@
 Every MLflow call happens on one background thread fed by a queue, in event order, so the study
 loop and its pruning decisions never wait for a tracking server. The only wait is bounded:
 ``trial_started`` gives the new run's id up to ``id_wait_s`` to come back, so that it lands in
-the trial's user attrs before the trial starts; later than that, the worker writes it on the
+the trial's user attrs before the trial starts; later than that, the writer thread writes it on the
 trial through the study's storage itself. A tracking server that fails (gone, refusing, slow
 past MLflow's retries) costs one warning line and turns tracking off for the rest of the run;
 the study goes on.
@@ -100,14 +100,14 @@ def redact_text(text: str) -> str:
     return _URL.sub(lambda m: redact_url(m.group(0)), text)
 
 
-_WORKER_THREAD = "dvt-hpo-mlflow"
+_WRITER_THREAD = "dvt-hpo-mlflow"
 # Their retry and setup messages would be several lines per failure on the orchestrator's
 # stderr; the one warning line of _fail says it all.
 _QUIETED_LOGGERS = ("urllib3.connectionpool", "mlflow")
 
 
-def _quiet_on_worker(record: logging.LogRecord) -> bool:
-    return record.levelno >= logging.ERROR or threading.current_thread().name != _WORKER_THREAD
+def _quiet_on_writer(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.ERROR or threading.current_thread().name != _WRITER_THREAD
 
 
 def _warn_stderr(line: str) -> None:
@@ -136,8 +136,8 @@ class MlflowObserver(BaseObserver):
             logger = logging.getLogger(name)
             # A logger's filter sees only its own records; its handlers see its children's too.
             for target in (logger, *logger.handlers):
-                if _quiet_on_worker not in target.filters:
-                    target.addFilter(_quiet_on_worker)
+                if _quiet_on_writer not in target.filters:
+                    target.addFilter(_quiet_on_writer)
         from mlflow.tracking import MlflowClient
 
         from dvt_hpo.store.storage import redact_url
@@ -162,10 +162,10 @@ class MlflowObserver(BaseObserver):
         self._best: float | None = None
         self._broken: str | None = None
         self._queue: queue.Queue[tuple[Callable[..., None], tuple[Any, ...]] | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._work, name=_WORKER_THREAD, daemon=True)
+        self._thread = threading.Thread(target=self._work, name=_WRITER_THREAD, daemon=True)
         self._thread.start()
 
-    # -- the worker -------------------------------------------------------------------
+    # -- the writer thread -------------------------------------------------------------------
     @property
     def broken(self) -> str | None:
         """Why tracking stopped, or None while it works."""
@@ -229,7 +229,7 @@ class MlflowObserver(BaseObserver):
         self._put(self._close_parent, event)
 
     def close(self, timeout_s: float = 10.0) -> None:
-        """Flush what is queued, waiting at most ``timeout_s``; then stop the worker."""
+        """Flush what is queued, waiting at most ``timeout_s``; then stop the writer thread."""
         deadline = time.monotonic() + timeout_s
         self._queue.put(None)
         self._thread.join(max(0.0, deadline - time.monotonic()))
@@ -239,7 +239,7 @@ class MlflowObserver(BaseObserver):
                 f"{timeout_s:g} s; some runs may be incomplete"
             )
 
-    # -- MLflow calls (worker thread only) -----------------------------------------------
+    # -- MLflow calls (writer thread only) -----------------------------------------------
     def _experiment_id(self, name: str) -> str:
         found = self.client.get_experiment_by_name(name)
         if found is None:

@@ -42,7 +42,7 @@ class TrialStopped(BaseException):
         super().__init__(f"trial stopped by {signal_name}")
 
 
-# The stop signal this trial process received (the worker's SIGTERM handler sets it), so that a
+# The stop signal this trial process received (the trial process's SIGTERM handler sets it), so that a
 # TrialStopped that Python dropped is raised again at the next report: a handler that runs in a
 # weakref callback or a ``__del__`` (tqdm's, a DataLoader iterator's) has its exception printed
 # as "Exception ignored" and lost, and later SIGTERMs are ignored while the stop is handled.
@@ -353,7 +353,7 @@ class _BaseContext:
 class TrialContext(_BaseContext):
     """The context of a trial inside a study, connected to the orchestrator.
 
-    See docs/protocol.md for the members. Built by the worker from the payload.
+    See docs/protocol.md for the members. Built by the trial process from the payload.
     """
 
     def __init__(

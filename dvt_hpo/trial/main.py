@@ -21,6 +21,7 @@ Without ``$DVT_HPO_CONTROL`` the payload runs with a :class:`~dvt_hpo.trial.cont
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import importlib
 import os
@@ -29,14 +30,10 @@ import socket
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from dvt_hpo.atomic import write_json_atomic
-from dvt_hpo.batch.search import is_out_of_memory
-from dvt_hpo.exceptions import BatchSizeError, CommandFailed, TrialPruned
 from dvt_hpo.trial.context import (
     LocalContext,
     TrialContext,
@@ -44,6 +41,7 @@ from dvt_hpo.trial.context import (
     distributed_env,
     note_stop,
 )
+from dvt_hpo.trial.ending import metrics_of, result_of
 from dvt_hpo.wire.control_client import ControlClient
 from dvt_hpo.wire.payload import PayloadError, TrialPayload
 from dvt_hpo.wire.protocol import (
@@ -53,17 +51,13 @@ from dvt_hpo.wire.protocol import (
     EXIT_BAD_PAYLOAD,
     EXIT_ERROR,
     EXIT_NO_ORCHESTRATOR,
-    EXIT_OK,
-    EXIT_PRUNED,
-    EXIT_STOPPED,
     ControlUnavailable,
 )
+from dvt_hpo.wire.result import TrialResult
 
 # Freed before an error result is written: after a MemoryError the process may sit at its
 # RLIMIT_AS, and formatting a traceback needs a little memory.
 _RESERVE_BYTES = 1 << 20
-_MAX_MESSAGE_CHARS = 4000
-_MAX_TRACEBACK_CHARS = 20000
 # A trial that returned but whose interpreter does not exit (a stray non-daemon thread) is
 # ended this long after its result was written.
 _EXIT_GRACE_S = 20.0
@@ -74,7 +68,7 @@ _reserve: bytearray | None = None
 
 def _say(message: str) -> None:
     with contextlib.suppress(Exception):
-        sys.stderr.write(f"dvt-hpo worker: {message}\n")
+        sys.stderr.write(f"dvt-hpo trial: {message}\n")
         sys.stderr.flush()
 
 
@@ -179,79 +173,7 @@ def resolve_entrypoint(spec: str) -> Callable[..., Any]:
     return target
 
 
-# -- step 7 ------------------------------------------------------------------------------
-
-
-def _type_name(exc: BaseException) -> str:
-    cls = type(exc)
-    module = cls.__module__
-    return (
-        cls.__qualname__ if module in ("builtins", "__main__") else f"{module}.{cls.__qualname__}"
-    )
-
-
-def error_result(exc: BaseException, rank: int) -> dict[str, Any]:
-    """The error result of an exception, small enough to write after a MemoryError."""
-    global _reserve
-    _reserve = None  # give the reserve back first
-    try:
-        message = str(exc)
-    except Exception:  # a broken __str__ must not hide the error
-        message = f"<unprintable {type(exc).__name__}>"
-    try:
-        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    except MemoryError:
-        tb = "<traceback unavailable: out of memory>"
-    if len(tb) > _MAX_TRACEBACK_CHARS:
-        tb = "...\n" + tb[-_MAX_TRACEBACK_CHARS:]
-    try:
-        oom = is_out_of_memory(exc) or _search_ran_out_of_memory(exc)
-    except Exception:
-        oom = isinstance(exc, MemoryError)
-    result: dict[str, Any] = {
-        "status": "error",
-        "rank": rank,
-        "exc_type": _type_name(exc),
-        "message": message[:_MAX_MESSAGE_CHARS],
-        "traceback": tb,
-        "out_of_memory": oom,
-    }
-    if isinstance(exc, CommandFailed):
-        # The script's own error is the reason, and its traceback is in stderr.log already:
-        # this process's exception and frames would only hide it.
-        result.update(
-            reason=message[:_MAX_MESSAGE_CHARS], traceback=None, out_of_memory=exc.out_of_memory
-        )
-    return result
-
-
-def _search_ran_out_of_memory(exc: BaseException) -> bool:
-    """A batch-size search that found no size because its probes ran out of memory (the
-    smallest size did not fit): the memory is the cause, as the probe records say."""
-    return isinstance(exc, BatchSizeError) and any(
-        getattr(record, "oom", False) for record in getattr(exc, "probes", ())
-    )
-
-
-def metrics_of(returned: Any) -> dict[str, float]:
-    """The entry point's return value as metrics: a dict of numbers, or None for none."""
-    if returned is None:
-        return {}
-    if not isinstance(returned, Mapping):
-        raise TypeError(
-            "the entry point must return a dict of metrics or None, got "
-            f"{type(returned).__name__}: {returned!r:.200}"
-        )
-    metrics: dict[str, float] = {}
-    for key, value in returned.items():
-        try:
-            metrics[str(key)] = float(value)
-        except (TypeError, ValueError):
-            raise TypeError(
-                f"the entry point returned metric {key!r}={value!r:.100} "
-                f"({type(value).__name__}); metrics must be numbers"
-            ) from None
-    return metrics
+# -- main --------------------------------------------------------------------------------
 
 
 def _exit_soon(code: int) -> int:
@@ -275,9 +197,6 @@ def _exit_soon(code: int) -> int:
     return code
 
 
-# -- main --------------------------------------------------------------------------------
-
-
 def _startup_s(env: Mapping[str, str]) -> float | None:
     """Seconds from the orchestrator's launch to the entry point's call (process start,
     interpreter, imports, connecting): what a warm start saves."""
@@ -285,6 +204,66 @@ def _startup_s(env: Mapping[str, str]) -> float | None:
         return round(time.time() - float(env[ENV_LAUNCHED]), 4)
     except (KeyError, ValueError):
         return None
+
+
+class _Early(Exception):
+    """The trial cannot start (no orchestrator, a bad payload): exit with ``code``, no result."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _connect(
+    env: Mapping[str, str], rank: int, local_rank: int, world: int
+) -> ControlClient | None:
+    """Step 3: connect before the (possibly slow) imports, so a dead orchestrator ends us at
+    once; ``None`` without ``$DVT_HPO_CONTROL`` (a payload rerun by hand)."""
+    if not env.get(ENV_CONTROL):
+        _say(f"${ENV_CONTROL} is not set: running without an orchestrator (no pruning)")
+        return None
+    try:
+        return ControlClient.connect(
+            env[ENV_CONTROL],
+            rank=rank,
+            local_rank=local_rank,
+            world_size=world,
+            on_lost=kill_own_group,
+        )
+    except ControlUnavailable as exc:
+        raise _Early(str(exc), EXIT_NO_ORCHESTRATOR) from None
+
+
+def _context(
+    payload: TrialPayload,
+    client: ControlClient | None,
+    trial_dir: Path,
+    distributed: tuple[int, int, int],
+    env: Mapping[str, str],
+) -> TrialContext | LocalContext:
+    """Step 5: the ``ctx`` the entry point gets: the orchestrator's, or a local one by hand."""
+    rank, local_rank, world_size = distributed
+    if client is None:
+        return LocalContext(
+            batch_size=payload.batch_size,
+            params=payload.params,
+            trial_dir=trial_dir,
+            trial_number=payload.trial_number,
+            env=env,
+        )
+    return TrialContext(
+        client,
+        trial_number=payload.trial_number,
+        params=payload.params,
+        rank=rank,
+        local_rank=local_rank,
+        world_size=world_size,
+        trial_dir=trial_dir,
+        batch_size=payload.batch_size,
+        cache_key=payload.cache_key,
+        report_timeout_s=payload.limits.report_timeout_s,
+        study_name=payload.study_name,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -312,71 +291,31 @@ def main(argv: list[str] | None = None) -> int:
         _say("usage: python -m dvt_hpo.trial PAYLOAD.json")
         return EXIT_BAD_PAYLOAD
     payload_path = Path(args[0]).absolute()
-
     try:
-        rank, local_rank, world_size = distributed_env(env)
+        distributed = distributed_env(env)
     except ValueError as exc:
         _say(str(exc))
         return EXIT_BAD_PAYLOAD
+    rank = distributed[0]
 
     client: ControlClient | None = None
-    startup_s: float | None = None
+    ctx: TrialContext | LocalContext | None = None
     trial_dir: Path | None = None
     by_hand: str | None = None  # the result file of a payload rerun by hand
-    ctx: TrialContext | LocalContext | None = None
+    startup_s: float | None = None
+    metrics: dict[str, float] = {}
+    ended: BaseException | None = None
     try:
-        # 3. Connect before the (possibly slow) imports: a dead orchestrator ends us at once.
-        if env.get(ENV_CONTROL):
-            try:
-                client = ControlClient.connect(
-                    env[ENV_CONTROL],
-                    rank=rank,
-                    local_rank=local_rank,
-                    world_size=world_size,
-                    on_lost=kill_own_group,
-                )
-            except ControlUnavailable as exc:
-                _say(str(exc))
-                return _exit_soon(EXIT_NO_ORCHESTRATOR)
-        else:
-            _say(f"${ENV_CONTROL} is not set: running without an orchestrator (no pruning)")
-
-        # 4. Payload.
         try:
-            payload = TrialPayload.read(payload_path)
+            client = _connect(env, *distributed)  # 3
+            payload = TrialPayload.read(payload_path)  # 4
         except PayloadError as exc:
-            _say(str(exc))
-            if client is not None:
-                client.close()
-            return _exit_soon(EXIT_BAD_PAYLOAD)
+            raise _Early(str(exc), EXIT_BAD_PAYLOAD) from None
         trial_dir = Path(payload.trial_dir) if payload.trial_dir else payload_path.parent
         if client is None:
             by_hand = _rerun_name()
             _prepare_rerun(payload.study_dir, trial_dir / by_hand)
-
-        # 5. Context.
-        if client is not None:
-            ctx = TrialContext(
-                client,
-                trial_number=payload.trial_number,
-                params=payload.params,
-                rank=rank,
-                local_rank=local_rank,
-                world_size=world_size,
-                trial_dir=trial_dir,
-                batch_size=payload.batch_size,
-                cache_key=payload.cache_key,
-                report_timeout_s=payload.limits.report_timeout_s,
-                study_name=payload.study_name,
-            )
-        else:
-            ctx = LocalContext(
-                batch_size=payload.batch_size,
-                params=payload.params,
-                trial_dir=trial_dir,
-                trial_number=payload.trial_number,
-                env=env,
-            )
+        ctx = _context(payload, client, trial_dir, distributed, env)  # 5
 
         # 6. Entry point.
         try:
@@ -385,56 +324,27 @@ def main(argv: list[str] | None = None) -> int:
                 # trainer.command: the entry point dvt_hpo.command:run runs the script.
                 function = functools.partial(function, command=payload.command)
             startup_s = _startup_s(env)
-            returned = function(payload.config, ctx)
-            metrics = metrics_of(returned)
+            metrics = metrics_of(function(payload.config, ctx))
         finally:
             # From here on a stop must not interrupt writing the result.
             signal.signal(signal.SIGTERM, _ignore_signal)
-        if ctx.pruned_step is not None:
-            # The entry point swallowed TrialPruned: the study pruned it all the same.
-            result: dict[str, Any] = {"status": "pruned", "step": ctx.pruned_step}
-            code = EXIT_PRUNED
-        else:
-            result = {"status": "ok", "metrics": metrics}
-            code = EXIT_OK
-    except TrialPruned as exc:
+    except _Early as exc:
+        _say(str(exc))
+        if client is not None:
+            client.close()
+        return _exit_soon(exc.code)
+    except BaseException as exc:  # noqa: BLE001 - every ending becomes a result
         signal.signal(signal.SIGTERM, _ignore_signal)
-        result = {"status": "pruned", "step": exc.step}
-        code = EXIT_PRUNED
-    except (TrialStopped, KeyboardInterrupt) as exc:
-        signal.signal(signal.SIGTERM, _ignore_signal)
-        name = exc.signal_name if isinstance(exc, TrialStopped) else "SIGINT"
-        if ctx is not None and ctx.pruned_step is not None:
-            # Stopped while cleaning up after the prune: the prune is what happened.
-            result = {"status": "pruned", "step": ctx.pruned_step}
-            code = EXIT_PRUNED
-        else:
-            result = {"status": "stopped", "signal": name}
-            code = EXIT_STOPPED if name == "SIGTERM" else 128 + int(signal.SIGINT)
-    except SystemExit as exc:
-        signal.signal(signal.SIGTERM, _ignore_signal)
-        if exc.code in (None, 0):
-            result = {"status": "ok", "metrics": {}}
-            code = EXIT_OK
-        else:
-            result = {
-                "status": "error",
-                "rank": rank,
-                "exc_type": "SystemExit",
-                "message": f"the entry point called sys.exit({exc.code!r})",
-                "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-                "out_of_memory": False,
-            }
-            code = exc.code if isinstance(exc.code, int) and 0 < exc.code < 256 else EXIT_ERROR
-    except BaseException as exc:  # noqa: BLE001 - every failure becomes a result
-        signal.signal(signal.SIGTERM, _ignore_signal)
-        result = error_result(exc, rank)
-        code = EXIT_ERROR
+        _reserve = None  # after a MemoryError, making the result needs a little memory
+        ended = exc
 
-    if startup_s is not None:
-        result["startup_s"] = startup_s
-    result.update(
-        rank=rank,
+    # 7. The result.
+    result, code = result_of(
+        ended, metrics=metrics, pruned_step=ctx.pruned_step if ctx else None, rank=rank
+    )
+    result = dataclasses.replace(
+        result,
+        startup_s=startup_s,
         pid=os.getpid(),
         host=socket.gethostname(),
         duration_s=round(time.perf_counter() - started, 3),
@@ -442,38 +352,37 @@ def main(argv: list[str] | None = None) -> int:
     )
     if trial_dir is not None:
         try:
-            _write_result(trial_dir, rank, result, by_hand)
+            _write_result(trial_dir, result, by_hand)
         except OSError as exc:
             _say(f"cannot write the result in {trial_dir}: {exc}")
             code = code or EXIT_ERROR
-    if result["status"] == "error":
+    if result.failed:
         # The whole traceback goes to stderr.log too, where a user looks first.
         with contextlib.suppress(Exception):
-            sys.stderr.write(result.get("traceback") or "")
-        _say(f"rank {rank} failed: {result['exc_type']}: {result['message'][:500]}")
+            sys.stderr.write(result.traceback or "")
+        _say(f"rank {rank} failed: {result.exc_type}: {(result.message or '')[:500]}")
     if client is not None:
         client.close()
     signal.signal(signal.SIGTERM, previous_sigterm)
     return _exit_soon(code)
 
 
-def _write_result(
-    trial_dir: Path, rank: int, result: dict[str, Any], by_hand: str | None = None
-) -> None:
+def _write_result(trial_dir: Path, result: TrialResult, by_hand: str | None = None) -> None:
     """The chief writes result.json; another rank writes error-rank{R}.json when it failed
     (a rank stopped by SIGTERM is not a cause: torchrun stops the others when one fails).
     A rerun by hand writes ``by_hand`` (``rerun-*.json``, ``-rank{R}`` for other ranks)
     instead, so the trial's own result stays as the study recorded it."""
     trial_dir.mkdir(parents=True, exist_ok=True)
+    rank = result.rank
     if by_hand is not None:
-        if rank == 0 or result["status"] == "error":
+        if rank == 0 or result.failed:
             name = by_hand if rank == 0 else by_hand.replace(".json", f"-rank{rank}.json")
-            write_json_atomic(trial_dir / name, result)
+            result.write(trial_dir / name)
         return
     if rank == 0:
-        write_json_atomic(trial_dir / "result.json", result)
-    elif result["status"] == "error":
-        write_json_atomic(trial_dir / f"error-rank{rank}.json", result)
+        result.write(trial_dir / "result.json")
+    elif result.failed:
+        result.write(trial_dir / f"error-rank{rank}.json")
 
 
 def _rerun_name() -> str:

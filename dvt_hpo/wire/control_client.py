@@ -2,7 +2,7 @@
 
 Stdlib only. The connection doubles as a watchdog: when the trial side reads end-of-file (the
 orchestrator closed the server or died, even by ``kill -9``), it calls its ``on_lost``
-callback, which in the worker kills the trial's own process group.
+callback, which in the trial process kills the trial's own process group.
 """
 
 from __future__ import annotations
@@ -188,7 +188,7 @@ class ControlClient:
                     # The orchestrator refused this process (another protocol version): say
                     # why in the trial's log before the hang-up ends it.
                     with contextlib.suppress(Exception):
-                        sys.stderr.write(f"dvt-hpo worker: {msg.message}\n")
+                        sys.stderr.write(f"dvt-hpo trial: {msg.message}\n")
                         sys.stderr.flush()
                     continue
                 msg_id = getattr(msg, "id", None)

@@ -36,12 +36,12 @@ class TrialLimits:
 
 @dataclass(frozen=True)
 class CommandPayload:
-    """A ``trainer.command`` trial: the script the worker runs (:mod:`dvt_hpo.command.trainer`)."""
+    """A ``trainer.command`` trial: the script the trial process runs (:mod:`dvt_hpo.command.trainer`)."""
 
-    argv: tuple[str, ...]  # with {placeholders}, rendered by the worker
+    argv: tuple[str, ...]  # with {placeholders}, rendered by the trial process
     metrics_pattern: str | None = None
     names: dict[str, str] = field(default_factory=dict)  # search dimension name -> its path
-    stop_grace_s: float = 10.0  # SIGTERM -> SIGKILL when the worker stops the script
+    stop_grace_s: float = 10.0  # SIGTERM -> SIGKILL when the trial process stops the script
 
 
 @dataclass(frozen=True)

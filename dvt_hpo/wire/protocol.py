@@ -27,7 +27,7 @@ PROTOCOL_VERSION = 2
 
 ENV_CONTROL = "DVT_HPO_CONTROL"
 ENV_MEMORY_LIMIT = "DVT_HPO_MEMORY_LIMIT"
-# time.time() when the orchestrator launched the trial: the worker measures its start-up.
+# time.time() when the orchestrator launched the trial: the trial process measures its start-up.
 ENV_LAUNCHED = "DVT_HPO_LAUNCHED_UNIX"
 
 # Exit codes of ``python -m dvt_hpo.trial`` (the result file says more; these let the

@@ -90,7 +90,7 @@ def test_a_helper_script_completes_with_the_trial_values_on_its_command_line(
         ran = yaml.safe_load((folder / "config.yaml").read_text())
         assert ran["lr"] == lr and ran["net"]["width"] == trial.params["width"]
         assert json.loads((folder / "config.json").read_text()) == ran
-        # A child of the worker, in its process group; the control socket is not its business.
+        # A child of the trial process, in its process group; the control socket is not its business.
         result = json.loads((folder / "result.json").read_text())
         assert got["pgid"] == result["pid"] and got["pid"] != result["pid"]
         assert got["env"]["DVT_HPO_CONTROL"] is None
@@ -100,7 +100,7 @@ def test_a_helper_script_completes_with_the_trial_values_on_its_command_line(
         payload = json.loads((folder / "payload.json").read_text())
         assert payload["entrypoint"] == COMMAND_ENTRYPOINT
         assert "done" in (folder / "stdout.log").read_text()
-        assert trial.user_attrs["warm_start"] is True  # the worker forked from the template
+        assert trial.user_attrs["warm_start"] is True  # the trial process forked from the template
 
 
 @PROCESSES
@@ -232,7 +232,7 @@ def test_a_failed_script_fails_the_trial_with_one_line_naming_why(
     assert trial.user_attrs["reason"].startswith(reason), trial.user_attrs["reason"]
     assert "\n" not in trial.user_attrs["reason"]
     if mode == "crash":
-        # The script's own traceback is what the trial keeps, not the worker's.
+        # The script's own traceback is what the trial keeps, not the trial process's.
         assert 'cmd_script.py", line' in trial.user_attrs["stderr_tail"]
         assert "traceback" not in trial.user_attrs
 
@@ -396,7 +396,7 @@ def test_the_example_study_runs_shortened(tmp_path: Path) -> None:
 def test_a_script_killed_by_the_trials_stop_is_a_stop_not_a_failure(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The worker's TrialStopped was dropped (see dvt_hpo.trial.context.note_stop) while it waited
+    # The trial process's TrialStopped was dropped (see dvt_hpo.trial.context.note_stop) while it waited
     # for the script, which the same SIGTERM ended: the trial was stopped; it did not fail.
     monkeypatch.setattr(context, "_stop_received", "SIGTERM")
     script = "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"

@@ -74,7 +74,7 @@ def test_child_runs_worker_and_reports_its_status(template, tmp_path):
     child = _spawn(template, payload)
     assert child.exited(30)
     assert child.reap() == 0
-    # Without DVT_HPO_CONTROL the worker runs as by hand: its result is a rerun-*.json.
+    # Without DVT_HPO_CONTROL the trial process runs as by hand: its result is a rerun-*.json.
     (result_path,) = payload.parent.glob("rerun-*.json")
     result = json.loads(result_path.read_text())
     assert result["status"] == "ok" and result["metrics"] == {"score": 0.7}
@@ -215,7 +215,7 @@ def test_a_forked_trial_whose_template_is_already_gone_exits_before_running(
     tmp_path: Path,
 ) -> None:
     """The race behind the test above: the template dies between its fork and the child's
-    parent-death signal. The child sees another parent and exits (1) before the worker runs
+    parent-death signal. The child sees another parent and exits (1) before the trial's main runs
     (which would exit 2 here: no payload)."""
 
     def fork_child(template_pid: int) -> int:
@@ -234,7 +234,7 @@ def test_a_forked_trial_whose_template_is_already_gone_exits_before_running(
         _, status = os.waitpid(pid, 0)
         return os.waitstatus_to_exitcode(status)
 
-    assert fork_child(os.getpid()) == 2  # its template (this process) alive: the worker ran
+    assert fork_child(os.getpid()) == 2  # its template (this process) alive: the trial's main ran
     assert fork_child(os.getpid() + 1) == 1  # not its parent: exits at once
 
 

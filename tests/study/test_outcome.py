@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -9,25 +10,27 @@ import pytest
 
 from dvt_hpo.study.outcome import Flags, Limits, Objective, Outcome, classify, reduce_history
 from dvt_hpo.studyfile.model import ConstraintSpec
+from dvt_hpo.wire.result import TrialResult
 
 OBJ = Objective("score", "maximize", "best")
 LIMITS = Limits(timeout_s=60, memory_limit=1 << 30)
-OK = {"status": "ok", "metrics": {"score": 0.4}, "time_unix": 10.0}
+OK = TrialResult("ok", metrics={"score": 0.4}, time_unix=10.0)
+STOPPED = TrialResult("stopped", signal="SIGTERM")
 HISTORY = [(0, {"score": 0.2}), (1, {"score": 0.9}), (2, {"score": 0.4})]
 INTERRUPTED = Flags(interrupted=True)
 TIMED_OUT = Flags(timed_out=True)
 
 
-def error(rank: int, exc_type: str, message: str, t: float, oom: bool = False) -> dict[str, Any]:
-    return {
-        "status": "error",
-        "rank": rank,
-        "exc_type": exc_type,
-        "message": message,
-        "traceback": f"Traceback ... {exc_type}",
-        "out_of_memory": oom,
-        "time_unix": t,
-    }
+def error(rank: int, exc_type: str, message: str, t: float, oom: bool = False) -> TrialResult:
+    return TrialResult(
+        "error",
+        rank=rank,
+        exc_type=exc_type,
+        message=message,
+        traceback=f"Traceback ... {exc_type}",
+        out_of_memory=oom,
+        time_unix=t,
+    )
 
 
 CASES: list[tuple[str, Any, int | None, Flags, list[Any], tuple[str, str, float | None, bool]]] = [
@@ -41,9 +44,9 @@ CASES: list[tuple[str, Any, int | None, Flags, list[Any], tuple[str, str, float 
     ("pruned beats interrupted", None, -15, Flags(pruned_step=1, interrupted=True), [],
      ("PRUNED", "pruned", None, False)),
     ("interrupted, no result", None, -15, INTERRUPTED, [], ("FAIL", "interrupted", None, True)),
-    ("interrupted, stopped result", {"status": "stopped"}, 143, INTERRUPTED, [],
+    ("interrupted, stopped result", STOPPED, 143, INTERRUPTED, [],
      ("FAIL", "interrupted", None, True)),
-    ("timed out", {"status": "stopped"}, 143, TIMED_OUT, [], ("FAIL", "timeout", None, False)),
+    ("timed out", STOPPED, 143, TIMED_OUT, [], ("FAIL", "timeout", None, False)),
     ("raised", error(0, "ValueError", "bad", 1.0), 1, Flags(), [], ("FAIL", "failed", None, False)),
     ("segfault", None, -11, Flags(), [], ("FAIL", "failed", None, False)),
     ("exit 0 without result", None, 0, Flags(), [], ("FAIL", "failed", None, False)),
@@ -98,8 +101,10 @@ def test_reasons(flags: Flags, exit_status: int, result: Any, reason: str) -> No
 
 
 def test_a_failed_command_is_its_own_reason() -> None:
-    result = error(0, "dvt_hpo.exceptions.CommandFailed", "command exited with 3: X", 1.0)
-    result["reason"] = "command exited with 3: ValueError: bad"
+    result = dataclasses.replace(
+        error(0, "dvt_hpo.exceptions.CommandFailed", "command exited with 3: X", 1.0),
+        reason="command exited with 3: ValueError: bad",
+    )
     outcome = classify(result, 1, Flags(), objective=OBJ)
     assert outcome.reason == "command exited with 3: ValueError: bad"
 
@@ -152,7 +157,7 @@ def test_reduce_history_best_last_and_nan() -> None:
 def test_a_diverged_objective_fails_naming_the_step_and_value(bad: float) -> None:
     # The trial stopped at its first non-finite report; its pruned result does not matter.
     outcome = classify(
-        {"status": "pruned", "step": 2},
+        TrialResult("pruned", step=2),
         3,
         Flags(diverged=(2, bad)),
         objective=Objective("val_mse", "minimize"),
@@ -163,7 +168,7 @@ def test_a_diverged_objective_fails_naming_the_step_and_value(bad: float) -> Non
 
 
 def test_an_objective_that_was_nan_at_every_step_is_diverged_not_never_reported() -> None:
-    ok = {"status": "ok", "metrics": {"val_mse": math.nan}}
+    ok = TrialResult("ok", metrics={"val_mse": math.nan})
     nan_history = [(0, {"val_mse": math.nan}), (1, {"val_mse": math.nan})]
     obj = Objective("val_mse", "minimize")
     outcome = classify(ok, 0, Flags(), objective=obj, history=nan_history)

@@ -280,9 +280,12 @@ def test_no_orchestrator_exits_at_once(start_trial: Callable[..., Trial], tmp_pa
         (json.dumps({"protocol": V, "entrypoint": "toy.run", "config": {}}), "module:function"),
         (
             json.dumps({"protocol": V, "entrypoint": TOY, "config": {}, "batch_size": {"x": 1}}),
-            "unknown keys",
+            "batch_size: unknown key 'x'",
         ),
-        (json.dumps({"protocol": V, "entrypoint": TOY, "config": []}), "config has the wrong"),
+        (
+            json.dumps({"protocol": V, "entrypoint": TOY, "config": []}),
+            "config: expected a mapping",
+        ),
         (json.dumps({"protocol": V, "entrypoint": TOY, "config": {}, "devices": "0,1"}), "devices"),
     ],
 )

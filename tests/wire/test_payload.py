@@ -1,4 +1,4 @@
-"""The typed trial payload: written by the orchestrator, read by the worker, shape-checked."""
+"""The typed trial payload: written by the orchestrator, read by the trial process, shape-checked."""
 
 from __future__ import annotations
 

@@ -65,7 +65,7 @@ def run(config: Mapping[str, Any], ctx: Any) -> dict[str, float]:
 
     ready_s = _since_launch()
     if ready_s is not None and hasattr(ctx, "set_user_attrs"):
-        # The worker's startup_s ends when run() is called; the heavy imports come after.
+        # The trial process's startup_s ends when run() is called; the heavy imports come after.
         ctx.set_user_attrs({"ready_s": ready_s})
     return train(config, replace(spec, data=data), folders, ctx)
 
