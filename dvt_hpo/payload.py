@@ -18,6 +18,7 @@ from typing import Any
 
 from dvt_hpo.atomic import write_json_atomic
 from dvt_hpo.devices import Devices
+from dvt_hpo.gpu_share import GpuShare
 from dvt_hpo.protocol import PROTOCOL_VERSION, check_fields
 from dvt_hpo.spec import BatchSizeSpec
 
@@ -54,6 +55,8 @@ class TrialPayload:
     cache_key: str | None = None  # the study cache's key for this trial's memory footprint
     devices: Devices = "auto"  # trials.devices, canonical
     gpus: tuple[str, ...] = ()  # this trial's slot: its CUDA_VISIBLE_DEVICES entries
+    # trials.per_gpu > 1: the slot is a share of its GPU, capped before the trainer allocates.
+    gpu_share: GpuShare | None = None
     limits: TrialLimits = TrialLimits()
     trial_dir: str | None = None
     # The study file's folder: trials import the entry point from it first and run in it, so
@@ -99,6 +102,12 @@ class TrialPayload:
             if not command["argv"]:
                 raise PayloadError("payload command.argv must not be empty")
             values["command"] = CommandPayload(**command)
+        if values.get("gpu_share") is not None:
+            share = _fields(GpuShare, values["gpu_share"], "payload gpu_share")
+            try:
+                values["gpu_share"] = GpuShare(**share)
+            except (TypeError, ValueError) as exc:
+                raise PayloadError(f"payload gpu_share: {exc}") from None
         if "limits" in values:
             values["limits"] = TrialLimits(**_fields(TrialLimits, values["limits"], "limits"))
         devices = values.get("devices", "auto")

@@ -10,6 +10,7 @@ its answer.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import math
@@ -27,6 +28,7 @@ from dvt_hpo.constraints import store_constraints
 from dvt_hpo.control_server import ControlServer
 from dvt_hpo.devices import Slot
 from dvt_hpo.events import TrialReported
+from dvt_hpo.gpu_share import GpuShare
 from dvt_hpo.outcome import Flags, Limits, Objective, Outcome, Phase, classify
 from dvt_hpo.payload import CommandPayload, TrialLimits, TrialPayload
 from dvt_hpo.process_tree import TrialProcess, describe_exit
@@ -206,6 +208,11 @@ class TrialRun:
             "nproc": spec.trials.nproc_per_node,
             "memory_limit": spec.trials.memory_limit,
         }
+        share = GpuShare(self.slot.per_gpu) if self.slot.per_gpu > 1 else None
+        if share is not None:
+            # A size found with a whole GPU must never be reused in a share of one (nor one
+            # found in a 1/2 share in a 1/4 one); keys without a share stay as they were.
+            extra["gpu_share"] = dataclasses.asdict(share)
         return TrialPayload(
             entrypoint=spec.trainer.entrypoint,
             config=self.config,
@@ -216,6 +223,7 @@ class TrialRun:
             cache_key=cache_key(self.config, bs.memory_keys, extra) if bs.auto else None,
             devices=spec.trials.devices,
             gpus=self.slot.gpus,
+            gpu_share=share,
             limits=TrialLimits(
                 report_timeout_s=spec.trials.report_timeout_s,
                 timeout_s=spec.trials.timeout_s,
@@ -276,6 +284,7 @@ class TrialRun:
                     if self.slot.cuda_visible_devices is not None
                     else {}
                 )
+                | ({"gpu_share": f"1/{self.slot.per_gpu}"} if self.slot.per_gpu > 1 else {})
             )
             env[ENV_LAUNCHED] = repr(time.time())
             self.process = self.loop.launcher.start(payload_path, env, self.trial_dir)

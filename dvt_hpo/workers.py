@@ -46,6 +46,7 @@ def worker_slots(
         spec.trials.devices,
         workers * parallel,
         nproc_per_node=spec.trials.nproc_per_node,
+        per_gpu=spec.trials.per_gpu,
         gpus=gpus,
     )
     return [slots[i * parallel : (i + 1) * parallel] for i in range(workers)]
@@ -65,7 +66,9 @@ def worker_command(
     for override in overrides:
         argv += ["--set", override]
     env = dict(os.environ)
-    gpus = [gpu for slot in slots for gpu in slot.gpus]
+    # Shared GPUs (trials.per_gpu) recur among the slots: each once, in the order the slots
+    # name them, so that the worker's own round-robin split gives it the same slots back.
+    gpus = list(dict.fromkeys(gpu for slot in slots for gpu in slot.gpus))
     if gpus:
         # Its own GPUs, renumbered from 0 inside the worker.
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
