@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from dvt_hpo.devices import Slot, split_devices
+from dvt_hpo.exceptions import SpecError
 
 if TYPE_CHECKING:
     from dvt_hpo.spec import StudySpec
@@ -42,13 +43,23 @@ def worker_slots(
     """The device slots of each worker: ``trials.parallel`` slots each (``gpus``: the visible
     GPUs, detected when None)."""
     parallel = spec.trials.parallel
-    slots = split_devices(
-        spec.trials.devices,
-        workers * parallel,
-        nproc_per_node=spec.trials.nproc_per_node,
-        per_gpu=spec.trials.per_gpu,
-        gpus=gpus,
-    )
+    try:
+        slots = split_devices(
+            spec.trials.devices,
+            workers * parallel,
+            nproc_per_node=spec.trials.nproc_per_node,
+            per_gpu=spec.trials.per_gpu,
+            gpus=gpus,
+        )
+    except SpecError as exc:
+        if workers == 1:
+            raise
+        raise SpecError(
+            f"--workers {workers} x trials.parallel={parallel} (per worker) = "
+            f"{workers * parallel} trial slots: {exc.message}",
+            file=spec.path,
+            field=exc.field,
+        ) from None
     return [slots[i * parallel : (i + 1) * parallel] for i in range(workers)]
 
 
