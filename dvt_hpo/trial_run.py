@@ -346,7 +346,7 @@ class TrialRun:
             ),
             history=self.history,
             rank_errors=rank_errors,
-            limits=Limits(spec.trials.timeout_s, spec.trials.memory_limit),
+            limits=Limits(spec.trials.timeout_s, spec.trials.memory_limit, self.slot.per_gpu),
         )
         if result and isinstance(result.get("startup_s"), (int, float)):
             # Launch to the entry point's call: what a warm start saves.
