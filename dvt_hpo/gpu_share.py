@@ -89,7 +89,13 @@ def apply_share(share: GpuShare | None) -> dict[int, float]:
     """
     if share is None:
         return {}
-    import torch
+    try:
+        import torch
+    except ImportError as exc:
+        raise GpuShareError(
+            f"trials.per_gpu={share.per_gpu} caps each trial's GPU memory through torch, which "
+            f"this trial's Python cannot import ({exc}); use per_gpu: 1"
+        ) from None
 
     if not torch.cuda.is_available():
         return {}

@@ -67,3 +67,11 @@ def test_no_share_or_no_cuda_applies_nothing() -> None:
     if torch.cuda.is_available():
         pytest.skip("CUDA is here: benchmarks/gpu_check.py checks the real cap")
     assert apply_share(GpuShare(2)) == {}
+
+
+def test_a_share_without_torch_fails_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
+    with pytest.raises(GpuShareError, match="per_gpu=2 caps .* through torch, which"):
+        apply_share(GpuShare(2))
