@@ -40,7 +40,10 @@ def test_shared_gpus_are_named_once_per_worker(write_study: Callable[..., Path])
     _, env = worker_command(spec.path, [], blocks[0], False)
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2"  # each once: CUDA refuses a repeated one
     # 2 workers x 3 trials cannot share 2 GPUs x 2: the parent refuses before any starts.
-    with pytest.raises(SpecError, match=r"--workers 2 x trials.parallel=3 \(per worker\) = 6 trial slots: .* = 4 trial slot"):
+    with pytest.raises(
+        SpecError,
+        match=r"--workers 2 x trials.parallel=3 \(per worker\) = 6 trial slots: .* = 4 trial slot",
+    ):
         worker_slots(spec, 2, gpus=["0", "1"])
 
 
