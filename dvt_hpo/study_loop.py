@@ -247,7 +247,7 @@ class StudyRunner:
                 nproc_per_node=spec.trials.nproc_per_node,
                 per_gpu=spec.trials.per_gpu,
             )
-            packing = spec.trials.per_gpu > 1 or any(slot.per_gpu > 1 for slot in slots)
+            packing = spec.trials.per_gpu > 1  # also said when ignored (no GPU)
             self.out(
                 f"study {spec.study.name!r} on {where}: "
                 f"{run_messages.objective_text(spec.objective)}; "
