@@ -197,10 +197,27 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     print(
         f"{args.study}: ok — study {spec.study.name!r}, {budget}, "
         f"{describe_objective(spec.objective)}, search space: {dims}; {trainer}; {stored}"
+        + _packing(spec)
     )
     if note is not None:
         print(f"note: {note}")
     return EXIT_OK
+
+
+def _packing(spec: StudySpec) -> str:
+    """With ``trials.per_gpu``: how many trials each GPU runs (as the run's start line)."""
+    from dvt_hpo.process.devices import packing_text, split_devices
+
+    trials = spec.trials
+    if trials.per_gpu == 1:
+        return ""
+    slots = split_devices(
+        trials.devices,
+        trials.parallel,
+        nproc_per_node=trials.nproc_per_node,
+        per_gpu=trials.per_gpu,
+    )
+    return f"; {trials.parallel} trials at a time, {packing_text(slots, trials.per_gpu)}"
 
 
 def _stored_comparison(spec: StudySpec, allow_space_change: bool) -> str:

@@ -411,6 +411,11 @@ def from_mapping(cls: type, data: Any, *, source: str | None = None, path: str =
     except SpecError as exc:
         field = _join(path, exc.field) if exc.field else (path or None)
         raise SpecError(exc.message, file=source, line=exc.line, field=field) from None
+    except (TypeError, ValueError) as exc:
+        if not _WIRE.get():
+            raise
+        # A message's section that its own check refuses (``__post_init__``): name where.
+        raise SpecError(str(exc), file=source, field=path or None) from None
 
 
 def from_wire_mapping(cls: type, data: Any, where: str, error: type[Exception] = ValueError) -> Any:
@@ -428,6 +433,11 @@ def from_wire_mapping(cls: type, data: Any, where: str, error: type[Exception] =
         shown = parent if key and f"'{key}'" in exc.message else exc.field
         at = f" {shown}" if shown else ""
         raise error(f"{where}{at}: {exc.message}") from None
+    except error:
+        raise
+    except (TypeError, ValueError) as exc:
+        # A dataclass's own check of its values (``__post_init__``).
+        raise error(f"{where}: {exc}") from None
     finally:
         _WIRE.reset(token)
 

@@ -265,14 +265,22 @@ class StudyRunner:
                 exit_code = 0
                 return self.study
             n_done = self._n_done()
+            slots = devices.split_devices(
+                spec.trials.devices,
+                spec.trials.parallel,
+                nproc_per_node=spec.trials.nproc_per_node,
+                per_gpu=spec.trials.per_gpu,
+            )
+            packing = spec.trials.per_gpu > 1  # also said when ignored (no GPU)
             self.out(
                 f"study {spec.study.name!r} on {where}: "
                 f"{run_messages.objective_text(spec.objective)}; "
                 + (f"{n_done}/{n_trials} trials done, " if n_trials else f"{n_done} done, ")
                 + f"{spec.trials.parallel} at a time"
+                + (f", {devices.packing_text(slots, spec.trials.per_gpu)}" if packing else "")
             )
             self.out(run_messages.dashboard_hint(spec.study.storage))
-            stop_message = self._loop()
+            stop_message = self._loop(slots)
             self.print_summary()
             if stop_message is None:
                 stop_message = stop_rules.nothing_succeeded(self.outcomes)
@@ -314,12 +322,10 @@ class StudyRunner:
             )
         self._awaited = numbers
 
-    def _loop(self) -> str | None:
+    def _loop(self, slots: Sequence[devices.Slot]) -> str | None:
         spec = self.spec
         n_trials = spec.study.n_trials
-        free_slots = devices.split_devices(
-            spec.trials.devices, spec.trials.parallel, nproc_per_node=spec.trials.nproc_per_node
-        )
+        free_slots = list(slots)
         heartbeat = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
         heartbeat.start()
         deadline = (

@@ -83,6 +83,7 @@ class Limits:
 
     timeout_s: float | None = None
     memory_limit: int | None = None
+    per_gpu: int = 1  # the trial ran in a 1/per_gpu share of its GPU
 
 
 @dataclass(frozen=True)
@@ -206,6 +207,8 @@ def classify(
             reason = f"rank {error.rank}: {reason}"
         if limits.memory_limit and error.out_of_memory:
             reason += f" (trials.memory_limit={limits.memory_limit} bytes)"
+        if limits.per_gpu > 1 and error.out_of_memory:
+            reason += f" (trials.per_gpu={limits.per_gpu}: 1/{limits.per_gpu} of its GPU's memory)"
         return Outcome("FAIL", "failed", reason=reason, traceback=error.traceback)
     if exit_status != 0:
         return Outcome(

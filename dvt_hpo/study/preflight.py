@@ -217,10 +217,15 @@ def check_runnable(doc: Doc, spec: StudySpec) -> None:
     gpus: list[str] = [] if on_cpu else visible_gpus()
     try:
         slots = split_devices(
-            trials.devices, trials.parallel, nproc_per_node=trials.nproc_per_node, gpus=gpus
+            trials.devices,
+            trials.parallel,
+            nproc_per_node=trials.nproc_per_node,
+            per_gpu=trials.per_gpu,
+            gpus=gpus,
         )
     except SpecError as exc:
-        raise doc.error(("trials", "devices"), exc.message) from None
+        # At the line of the field the rule names (devices, parallel or per_gpu).
+        raise doc.place(exc) from None
     if entrypoint == BUILTIN_ENTRYPOINT:
         _check_builders(doc, spec)
         per_trial = min(len(slot.gpus) for slot in slots)

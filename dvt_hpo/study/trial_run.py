@@ -10,6 +10,7 @@ its answer.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import shutil
 import socket
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from dvt_hpo.batch.cache import cache_key
 from dvt_hpo.process import launch
 from dvt_hpo.process.devices import Slot
+from dvt_hpo.process.gpu_share import GpuShare
 from dvt_hpo.process.tree import TrialProcess, describe_exit
 from dvt_hpo.study import recovery
 from dvt_hpo.study.constraints import store_constraints
@@ -183,6 +185,11 @@ class TrialRun:
             "nproc": spec.trials.nproc_per_node,
             "memory_limit": spec.trials.memory_limit,
         }
+        share = GpuShare(self.slot.per_gpu) if self.slot.per_gpu > 1 else None
+        if share is not None:
+            # A size found with a whole GPU must never be reused in a share of one (nor one
+            # found in a 1/2 share in a 1/4 one); keys without a share stay as they were.
+            extra["gpu_share"] = dataclasses.asdict(share)
         return TrialPayload(
             entrypoint=spec.trainer.entrypoint,
             config=self.config,
@@ -193,6 +200,7 @@ class TrialRun:
             cache_key=cache_key(self.config, bs.memory_keys, extra) if bs.auto else None,
             devices=spec.trials.devices,
             gpus=self.slot.gpus,
+            gpu_share=share,
             limits=TrialLimits(
                 report_timeout_s=spec.trials.report_timeout_s,
                 timeout_s=spec.trials.timeout_s,
@@ -253,6 +261,7 @@ class TrialRun:
                     if self.slot.cuda_visible_devices is not None
                     else {}
                 )
+                | ({"gpu_share": f"1/{self.slot.per_gpu}"} if self.slot.per_gpu > 1 else {})
             )
             env[ENV_LAUNCHED] = repr(time.time())
             self.process = self.study.launcher.start(payload_path, env, self.trial_dir)
@@ -317,7 +326,7 @@ class TrialRun:
             ),
             history=self.history,
             rank_errors=rank_errors,
-            limits=Limits(spec.trials.timeout_s, spec.trials.memory_limit),
+            limits=Limits(spec.trials.timeout_s, spec.trials.memory_limit, self.slot.per_gpu),
         )
         if result is not None and result.startup_s is not None:
             # Launch to the entry point's call: what a warm start saves.

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from dvt_hpo.exceptions import SpecError
 from dvt_hpo.process.devices import Slot, split_devices
 
 if TYPE_CHECKING:
@@ -42,12 +43,23 @@ def worker_slots(
     """The device slots of each worker: ``trials.parallel`` slots each (``gpus``: the visible
     GPUs, detected when None)."""
     parallel = spec.trials.parallel
-    slots = split_devices(
-        spec.trials.devices,
-        workers * parallel,
-        nproc_per_node=spec.trials.nproc_per_node,
-        gpus=gpus,
-    )
+    try:
+        slots = split_devices(
+            spec.trials.devices,
+            workers * parallel,
+            nproc_per_node=spec.trials.nproc_per_node,
+            per_gpu=spec.trials.per_gpu,
+            gpus=gpus,
+        )
+    except SpecError as exc:
+        if workers == 1:
+            raise
+        raise SpecError(
+            f"--workers {workers} x trials.parallel={parallel} (per worker) = "
+            f"{workers * parallel} trial slots: {exc.message}",
+            file=spec.path,
+            field=exc.field,
+        ) from None
     return [slots[i * parallel : (i + 1) * parallel] for i in range(workers)]
 
 
@@ -65,7 +77,9 @@ def worker_command(
     for override in overrides:
         argv += ["--set", override]
     env = dict(os.environ)
-    gpus = [gpu for slot in slots for gpu in slot.gpus]
+    # Shared GPUs (trials.per_gpu) recur among the slots: each once, in the order the slots
+    # name them, so that the worker's own round-robin split gives it the same slots back.
+    gpus = list(dict.fromkeys(gpu for slot in slots for gpu in slot.gpus))
     if gpus:
         # Its own GPUs, renumbered from 0 inside the worker.
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)

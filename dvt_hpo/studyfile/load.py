@@ -28,7 +28,7 @@ from dvt_hpo.studyfile.objective import read_objective
 from dvt_hpo.studyfile.search import read_search_space
 from dvt_hpo.studyfile.study import check_algorithms, read_study, read_tracking
 from dvt_hpo.studyfile.trainer import read_trainer
-from dvt_hpo.studyfile.trials import read_trials
+from dvt_hpo.studyfile.trials import check_packing, read_trials
 
 __all__ = ["SECTIONS", "load_spec", "read_study_file", "spec_to_dict"]
 
@@ -79,7 +79,10 @@ def read_study_file(path: str | Path, overrides: Sequence[str] = ()) -> tuple[Do
     reader = Reader(doc, absolute, shown)
     trials_raw = root.get("trials")
     # The study's sampler defaults depend on how many trials run at once.
-    parallel = trials_raw.get("parallel", 1) if isinstance(trials_raw, Mapping) else 1
+    raw = trials_raw if isinstance(trials_raw, Mapping) else {}
+    # Left out with per_gpu K > 1, parallel is every share: K or more (read_trials).
+    per_gpu = raw.get("per_gpu", 1)
+    parallel = raw.get("parallel", per_gpu if isinstance(per_gpu, int) else 1)
     # The objective first: several objectives change the sampler and pruner defaults.
     objective = read_objective(reader, root)
     study = read_study(
@@ -90,6 +93,7 @@ def read_study_file(path: str | Path, overrides: Sequence[str] = ()) -> tuple[Do
     )
     trials = read_trials(reader, root, study.name)
     trainer, schema = read_trainer(reader, root, deferred)
+    check_packing(reader, trials, trainer)
     dims = read_search_space(reader, root, schema, trainer.config)
     batch_size = read_batch_size(reader, root, schema, trainer.config, dims)
     check_command(reader, trainer, dims, batch_size)

@@ -117,7 +117,8 @@ class ObjectiveSpec:
 class TrialsSpec:
     launcher: Literal["process", "torchrun"] = rule("process")
     nproc_per_node: int = rule(1, ge=1)
-    parallel: int = rule(1, ge=1)
+    parallel: int = rule(1, ge=1)  # default with per_gpu > 1: every share (read_trials)
+    per_gpu: int = rule(1, ge=1)  # trials packed on each GPU, each with 1/per_gpu of its memory
     # Canonical: "auto", "cpu", "cuda", an int (a GPU count) or a tuple of GPU ids.
     devices: Any = domain("auto")
     timeout_s: float | None = rule(None, gt=0)

@@ -15,9 +15,16 @@ from dvt_hpo.config.hints import describe, did_you_mean
 from dvt_hpo.config.source import Key
 from dvt_hpo.config.units import format_bytes, parse_bytes
 from dvt_hpo.studyfile.fields import Reader
-from dvt_hpo.studyfile.model import TrialsSpec
+from dvt_hpo.studyfile.model import TrainerSpec, TrialsSpec
 
-__all__ = ["read_devices", "read_memory_limit", "read_trials"]
+__all__ = [
+    "check_packing",
+    "default_parallel",
+    "read_devices",
+    "read_memory_limit",
+    "read_per_gpu",
+    "read_trials",
+]
 
 _GPU_LIST_RE = re.compile(r"^\d+(\s*,\s*\d+)*$")
 # Below this a byte count is almost surely a unit mistake (``memory_limit: 4096`` meant MiB).
@@ -38,6 +45,7 @@ def read_trials(r: Reader, root: Mapping[str, Any], study_name: str) -> TrialsSp
             "launcher: torchrun (launcher is 'process')",
         )
     devices = read_devices(r, sec, key)
+    per_gpu = read_per_gpu(r, sec, key, devices, nproc)
     if isinstance(devices, tuple) and nproc > len(devices):
         raise r.err(
             (*key, "nproc_per_node"),
@@ -49,7 +57,8 @@ def read_trials(r: Reader, root: Mapping[str, Any], study_name: str) -> TrialsSp
     return TrialsSpec(
         launcher=launcher,
         nproc_per_node=nproc,
-        parallel=sec.get("parallel", defaults.parallel),
+        parallel=sec.get("parallel", default_parallel(devices, per_gpu)),
+        per_gpu=per_gpu,
         devices=devices,
         timeout_s=sec.get("timeout_s", defaults.timeout_s),
         stop_grace_s=sec.get("stop_grace_s", defaults.stop_grace_s),
@@ -62,6 +71,56 @@ def read_trials(r: Reader, root: Mapping[str, Any], study_name: str) -> TrialsSp
         log_limit=read_log_limit(r, sec, key),
         keep_logs=sec.get("keep_logs", defaults.keep_logs),
     )
+
+
+def read_per_gpu(r: Reader, sec: Mapping[str, Any], key: Key, devices: Any, nproc: int) -> int:
+    """``per_gpu``: trials packed on each GPU (the schema checked it is an int >= 1)."""
+    per_gpu: int = sec.get("per_gpu", 1)
+    if per_gpu == 1:
+        return per_gpu
+    fkey = (*key, "per_gpu")
+    if devices == "cpu":
+        raise r.err(
+            fkey,
+            f"per_gpu={per_gpu} shares GPUs, but devices is cpu: there is no GPU to share; "
+            "for several trials at once on the CPU write trials.parallel",
+        )
+    if nproc > 1:
+        raise r.err(
+            fkey,
+            f"per_gpu={per_gpu} packs trials of one process each onto a GPU, but "
+            f"nproc_per_node={nproc} spreads a trial over {nproc} GPUs; use per_gpu: 1 with "
+            "nproc_per_node > 1",
+        )
+    return per_gpu
+
+
+def check_packing(r: Reader, trials: TrialsSpec, trainer: TrainerSpec) -> None:
+    """``per_gpu`` > 1 needs a Python entry point: the trial process caps its own allocator
+    at its share before the trainer allocates, which a ``trainer.command`` script (a process
+    of its own, maybe not Python) escapes."""
+    if trials.per_gpu > 1 and trainer.command is not None:
+        raise r.err(
+            ("trials", "per_gpu"),
+            f"per_gpu={trials.per_gpu} gives each trial 1/{trials.per_gpu} of a GPU's memory, "
+            "which the trial process enforces for a Python entry point (trainer.entrypoint) "
+            "only; trainer.command runs a script outside it: use per_gpu: 1, or an entry point",
+        )
+
+
+def default_parallel(devices: Any, per_gpu: int) -> int:
+    """``parallel`` when the file leaves it out: 1, or with ``per_gpu`` K > 1 every share,
+    K per GPU ``devices`` selects (for ``auto``/``cuda`` the GPUs visible here, found without
+    torch; where none is, K: the study runs as many at once on the CPU as on one GPU)."""
+    if per_gpu == 1:
+        return 1
+    if isinstance(devices, tuple):
+        return per_gpu * len(devices)
+    if isinstance(devices, int):
+        return per_gpu * devices
+    from dvt_hpo.process.devices import visible_gpus
+
+    return per_gpu * max(1, len(visible_gpus()))
 
 
 def read_warm(r: Reader, sec: Mapping[str, Any], key: Key, launcher: str) -> bool:

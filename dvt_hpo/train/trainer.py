@@ -367,7 +367,8 @@ def make_fits(
     counts them): the probe also builds each step's batch from per-sample tensors while the
     previous batch is alive, as the training loop does.
 
-    Returns a ``dvt_hpo.batch.search.Probe`` with the peak and total memory on CUDA, ``True``
+    Returns a ``dvt_hpo.batch.search.Probe`` with the peak and the memory allowed (the GPU, or the
+    trial's share of it under ``trials.per_gpu``) on CUDA, ``True``
     elsewhere. Out-of-memory errors propagate (the search classifies them); memory is freed
     first, including the locals of the frames in the exception's traceback.
     """
@@ -412,12 +413,14 @@ def make_fits(
             if not cuda:
                 return True
             from dvt_hpo.batch.search import Probe
+            from dvt_hpo.trial.gpu_share import allowed_bytes
 
             torch.cuda.synchronize(device)
             return Probe(
                 fits=True,
                 peak_bytes=torch.cuda.max_memory_allocated(device),
-                available_bytes=torch.cuda.get_device_properties(device).total_memory,
+                # The trial's share of the GPU under trials.per_gpu, else the whole GPU.
+                available_bytes=allowed_bytes(device),
             )
         except BaseException as exc:
             # The traceback's frames (e.g. a conv's forward) still hold activations; clear them

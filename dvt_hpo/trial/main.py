@@ -7,7 +7,9 @@ The order of :func:`main` matters (docs/protocol.md):
    parent did not die before that;
 3. connect to the orchestrator (``$DVT_HPO_CONTROL``) and say hello; from here the connection
    is a watchdog that kills this process group when the orchestrator goes away;
-4. read the payload (JSON, never pickle); 5. build the context;
+4. read the payload (JSON, never pickle), and under ``trials.per_gpu`` cap the CUDA allocator
+   at the trial's share of its GPU (:mod:`dvt_hpo.trial.gpu_share`) before anything allocates;
+5. build the context;
 6. import the entry point ``module:function`` and call it with ``(config, ctx)`` (for a
    ``trainer.command`` payload, :func:`dvt_hpo.command.trainer.run` runs the script as a child in this
    process group);
@@ -42,6 +44,7 @@ from dvt_hpo.trial.context import (
     note_stop,
 )
 from dvt_hpo.trial.ending import metrics_of, result_of
+from dvt_hpo.trial.gpu_share import apply_share
 from dvt_hpo.wire.control_client import ControlClient
 from dvt_hpo.wire.payload import PayloadError, TrialPayload
 from dvt_hpo.wire.protocol import (
@@ -315,7 +318,14 @@ def main(argv: list[str] | None = None) -> int:
         if client is None:
             by_hand = _rerun_name()
             _prepare_rerun(payload.study_dir, trial_dir / by_hand)
+        # 4b. A GPU share (trials.per_gpu): cap the allocator before anything allocates.
+        fractions = apply_share(payload.gpu_share)
+        if payload.gpu_share is not None and not fractions:
+            _say("a GPU share was given but CUDA is not available here: no cap applied")
         ctx = _context(payload, client, trial_dir, distributed, env)  # 5
+        if fractions:
+            # Where status and the dashboard show it: the cap this trial ran under.
+            ctx.set_user_attrs({"gpu_memory_fraction": round(min(fractions.values()), 4)})
 
         # 6. Entry point.
         try:

@@ -19,6 +19,7 @@ from typing import Any
 from dvt_hpo.atomic import write_json_atomic
 from dvt_hpo.config.schema import from_wire_mapping
 from dvt_hpo.process.devices import Devices
+from dvt_hpo.process.gpu_share import GpuShare
 from dvt_hpo.studyfile import BatchSizeSpec
 from dvt_hpo.wire.protocol import PROTOCOL_VERSION
 
@@ -55,6 +56,8 @@ class TrialPayload:
     cache_key: str | None = None  # the study cache's key for this trial's memory footprint
     devices: Devices = "auto"  # trials.devices, canonical
     gpus: tuple[str, ...] = ()  # this trial's slot: its CUDA_VISIBLE_DEVICES entries
+    # trials.per_gpu > 1: the slot is a share of its GPU, capped before the trainer allocates.
+    gpu_share: GpuShare | None = None
     limits: TrialLimits = TrialLimits()
     trial_dir: str | None = None
     # The study file's folder: trials import the entry point from it first and run in it, so

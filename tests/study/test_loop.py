@@ -26,6 +26,7 @@ from dvt_hpo.study.events import (
     TrialStarted,
 )
 from dvt_hpo.study.loop import StudyRunner, StudyStopped
+from dvt_hpo.study.preflight import load_runnable
 from dvt_hpo.studyfile import load_spec
 from tests.conftest import toy_study
 from tests.entrypoints.dropped import deliver_in_weakref_callback
@@ -530,7 +531,7 @@ def test_an_unusable_runs_dir_is_bad_input_before_the_study_is_written(
     assert not list(tmp_path.glob("*.db"))
     # validate and run (check_runnable) say it with the line.
     with pytest.raises(SpecError) as checked:
-        load_spec(write_study(doc), check_runnable=True)
+        load_runnable(write_study(doc))
     assert checked.value.line is not None and checked.value.field == "trials.runs_dir"
 
 

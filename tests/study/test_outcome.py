@@ -228,3 +228,18 @@ def test_a_pruned_trial_carries_its_constraint_values() -> None:
     one = Objective("score", "maximize", constraints=(ConstraintSpec("size", max=5.0),))
     outcome = classify(None, None, Flags(pruned_step=1), objective=one, history=TWO_HISTORY[:2])
     assert (outcome.state, outcome.constraints) == ("PRUNED", (-2.0,))
+
+
+def test_out_of_memory_in_a_gpu_share_names_the_share() -> None:
+    oom = error(
+        0, "torch.OutOfMemoryError", "CUDA out of memory. Tried to allocate 2 GiB", 1.0, oom=True
+    )
+    outcome = classify(oom, 1, Flags(), objective=OBJ, limits=Limits(per_gpu=4))
+    assert outcome.reason == (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB "
+        "(trials.per_gpu=4: 1/4 of its GPU's memory)"
+    )
+    other = error(0, "ValueError", "bad shape", 1.0)
+    assert classify(other, 1, Flags(), objective=OBJ, limits=Limits(per_gpu=4)).reason == (
+        "ValueError: bad shape"
+    )

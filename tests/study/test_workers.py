@@ -11,6 +11,7 @@ from pathlib import Path
 import optuna
 import pytest
 
+from dvt_hpo.exceptions import SpecError
 from dvt_hpo.study.workers import worker_command, worker_slots
 from dvt_hpo.studyfile import load_spec
 from tests.conftest import toy_study
@@ -24,6 +25,26 @@ def test_devices_are_dealt_out_in_blocks(write_study: Callable[..., Path]) -> No
     argv, env = worker_command(spec.path, ["study.n_trials=4"], blocks[1], False)
     assert env["CUDA_VISIBLE_DEVICES"] == "2,3"
     assert argv[-4:] == ["--set", "study.n_trials=4", "--set", "trials.devices=auto"]
+
+
+def test_shared_gpus_are_named_once_per_worker(write_study: Callable[..., Path]) -> None:
+    # 3 GPUs, 2 trials each, 2 workers of 3 trials: each worker's slots recur on its GPUs.
+    doc = toy_study("w", trials={"devices": "auto", "parallel": 3, "per_gpu": 2})
+    spec = load_spec(write_study(doc))
+    blocks = worker_slots(spec, 2, gpus=["0", "1", "2"])
+    assert [[s.gpus for s in block] for block in blocks] == [
+        [("0",), ("1",), ("2",)],
+        [("0",), ("1",), ("2",)],
+    ]
+    assert {s.per_gpu for block in blocks for s in block} == {2}
+    _, env = worker_command(spec.path, [], blocks[0], False)
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2"  # each once: CUDA refuses a repeated one
+    # 2 workers x 3 trials cannot share 2 GPUs x 2: the parent refuses before any starts.
+    with pytest.raises(
+        SpecError,
+        match=r"--workers 2 x trials.parallel=3 \(per worker\) = 6 trial slots: .* = 4 trial slot",
+    ):
+        worker_slots(spec, 2, gpus=["0", "1"])
 
 
 def test_cpu_threads_are_shared_among_workers(

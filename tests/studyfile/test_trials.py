@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from dvt_hpo.exceptions import SpecError
+from dvt_hpo.study.preflight import load_runnable
 from dvt_hpo.studyfile import (
     load_spec,
 )
@@ -97,3 +99,76 @@ BAD_TRIALS = [
 
 
 test_bad_trials = bad_file_test(BAD_TRIALS)
+
+
+# -- trials.per_gpu ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("trials", "visible", "parallel"),
+    [
+        ("{per_gpu: 2, devices: [0, 1]}", None, 4),  # every share: 2 GPUs x 2
+        ("{per_gpu: 3, devices: 2}", None, 6),
+        ("{per_gpu: 4}", "0,1", 8),  # auto: the GPUs visible here
+        ("{per_gpu: 4, devices: cuda}", "3", 4),
+        ("{per_gpu: 4}", "", 4),  # none visible: as many at once on the CPU as on one GPU
+        ("{per_gpu: 4, parallel: 3}", "0,1", 3),  # written: kept
+        ("{devices: [0, 1]}", None, 1),  # without per_gpu the default stays 1
+    ],
+)
+def test_parallel_defaults_to_every_share_with_per_gpu(
+    write: Callable[..., Path],
+    monkeypatch: pytest.MonkeyPatch,
+    trials: str,
+    visible: str | None,
+    parallel: int,
+) -> None:
+    if visible is not None:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    spec = load_spec(write(BASE + f"trials: {trials}\n"))
+    assert spec.trials.parallel == parallel
+    assert spec.trials.per_gpu == (1 if "per_gpu" not in trials else int(trials[10]))
+    # TPE's constant liar follows from several trials at once, however parallel was set.
+    liar = spec.study.sampler.kwargs.get("constant_liar", False)
+    assert liar is (parallel > 1)
+
+
+COMMAND_BASE = """\
+study:
+  name: s
+trainer:
+  command: ["{python}", train.py, "--lr={lr}"]
+search_space:
+  - {name: lr, path: lr, kind: float, low: 1.0e-4, high: 0.1, log: true}
+"""
+
+# fmt: off
+BAD_PER_GPU = [
+    case("per-gpu-zero", BASE + "trials:\n  per_gpu: 0\n", 8, "trials.per_gpu",
+         "integer >= 1, got 0"),
+    case("per-gpu-cpu", BASE + "trials:\n  devices: cpu\n  per_gpu: 2\n", 9, "trials.per_gpu",
+         "devices is cpu: there is no GPU to share", "write trials.parallel"),
+    case("per-gpu-ddp",
+         BASE + "trials:\n  launcher: torchrun\n  nproc_per_node: 2\n  per_gpu: 2\n", 10,
+         "trials.per_gpu", "one process each", "nproc_per_node=2 spreads a trial over 2 GPUs",
+         "use per_gpu: 1 with nproc_per_node > 1"),
+    case("per-gpu-command", COMMAND_BASE + "trials:\n  per_gpu: 2\n", 8, "trials.per_gpu",
+         "enforces for a Python entry point", "trainer.command runs a script outside it"),
+    case("per-gpu-override-cpu", BASE + "trials: {per_gpu: 2}\n", 7, "trials.per_gpu",
+         "no GPU to share", overrides=["trials.devices=cpu"]),
+]
+# fmt: on
+
+test_bad_per_gpu = bad_file_test(BAD_PER_GPU)
+
+
+def test_too_many_trials_for_the_shares_is_refused_at_parallel(
+    write: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    path = write(BASE + "trials:\n  per_gpu: 2\n  parallel: 3\n")
+    load_spec(path)  # a valid file: only running it needs the GPUs
+    with pytest.raises(SpecError) as info:
+        load_runnable(path)
+    assert (info.value.line, info.value.field) == (9, "trials.parallel")
+    assert "selects 1 GPU(s) (0) x trials.per_gpu=2 = 2 trial slot(s)" in info.value.message

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from dvt_hpo.process.gpu_share import GpuShare
 from dvt_hpo.studyfile import BatchSizeSpec
 from dvt_hpo.wire.payload import CommandPayload, PayloadError, TrialLimits, TrialPayload
 from dvt_hpo.wire.protocol import PROTOCOL_VERSION
@@ -22,6 +23,7 @@ FULL = TrialPayload(
     cache_key="abc",
     devices=(0, 2),
     gpus=("0", "2"),
+    gpu_share=GpuShare(4, 1 << 29),
     limits=TrialLimits(report_timeout_s=5.0, timeout_s=60, memory_limit=1 << 30),
     trial_dir="/runs/trial-0003",
 )
@@ -34,6 +36,7 @@ FULL = TrialPayload(
         TrialPayload(entrypoint="m:f", config={}),
         TrialPayload(entrypoint="m:f", config={}, devices="cpu"),
         TrialPayload(entrypoint="m:f", config={}, devices=2),
+        TrialPayload(entrypoint="m:f", config={}, gpus=("1",), gpu_share=GpuShare(2)),
         TrialPayload(
             entrypoint="dvt_hpo.command:run",
             config={"lr": 0.1},
@@ -58,6 +61,7 @@ def test_the_file_is_plain_json_with_the_version() -> None:
     assert data["protocol"] == PROTOCOL_VERSION
     assert data["devices"] == [0, 2] and data["gpus"] == ["0", "2"]
     assert data["batch_size"]["memory_keys"] == ["model.width"]
+    assert data["gpu_share"] == {"per_gpu": 4, "reserve_bytes": 1 << 29}
     assert data["limits"] == {"report_timeout_s": 5.0, "timeout_s": 60, "memory_limit": 1 << 30}
 
 
@@ -97,6 +101,9 @@ def edit(**changes: Any) -> dict[str, Any]:
         (edit(devices=[0, -1]), "devices must be"),
         (edit(devices=True), "devices: expected one of .*got True"),
         (edit(command={"argv": []}), "command.argv must not be empty"),
+        (edit(gpu_share={"per_gpu": 1, "reserve_bytes": 0}), "gpu_share: .*per_gpu >= 2"),
+        (edit(gpu_share={"per_gpu": "2"}), "gpu_share.per_gpu: expected int"),
+        (edit(gpu_share={"per_gpu": 2, "fraction": 0.5}), "gpu_share: unknown key 'fraction'"),
         (edit(command={"argv": "python x.py"}), "command.argv: expected a list of str"),
         (edit(command={"argv": ["x"], "shell": True}), "command: unknown key 'shell'"),
     ],

@@ -62,12 +62,14 @@ def make_fits(
             if not cuda:
                 return True
             from dvt_hpo.batch.search import Probe
+            from dvt_hpo.trial.gpu_share import allowed_bytes
 
             torch.cuda.synchronize(device)
             return Probe(
                 fits=True,
                 peak_bytes=torch.cuda.max_memory_allocated(device),
-                available_bytes=torch.cuda.get_device_properties(device).total_memory,
+                # The trial's share of the GPU under trials.per_gpu, else the whole GPU.
+                available_bytes=allowed_bytes(device),
             )
         except BaseException as exc:
             # Frames in the traceback hold activations; free them before the search decides.
