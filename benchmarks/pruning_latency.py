@@ -50,7 +50,8 @@ import yaml  # noqa: E402
 
 from dvt_hpo import trial_run  # noqa: E402
 from dvt_hpo.process import tree as process_tree  # noqa: E402
-from dvt_hpo.store.storage import redact_url, unreachable_reason  # noqa: E402
+from dvt_hpo.store.redact import redact_url  # noqa: E402
+from dvt_hpo.store.storage import unreachable_reason  # noqa: E402
 from dvt_hpo.study import loop as study_loop  # noqa: E402
 from dvt_hpo.studyfile import load_spec  # noqa: E402
 from dvt_hpo.wire.protocol import Hello  # noqa: E402

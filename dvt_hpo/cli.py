@@ -356,7 +356,7 @@ def _one_line(exc: BaseException) -> str:
     """A runtime error as one line: whitespace folded, URLs' passwords redacted, bounded."""
     import re
 
-    from dvt_hpo.store.storage import redact_url
+    from dvt_hpo.store.redact import redact_url
 
     text = str(exc)
     # A DataLoader worker's error is re-raised as its own type around the worker's whole

@@ -1,8 +1,17 @@
-"""Exceptions shared by the orchestrator and the trial process (imports nothing heavy)."""
+"""Every exception a user of dvt-hpo can meet, in one place (imports nothing heavy: the trial
+process imports it too).
+
+Bad input is :class:`SpecError` (exit 2); a study that cannot go on is :class:`StudyStopped` or
+:class:`StorageError` (exit 1). In the trial process, :class:`TrialPruned` and
+:class:`TrialStopped` end an entry point; :class:`BatchSizeError`, :class:`CommandFailed` and
+:class:`GpuShareError` are a trial's recorded reason.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from dvt_hpo.store.redact import redact_text, redact_url
 
 
 class DvtHpoError(Exception):
@@ -60,3 +69,60 @@ class CommandFailed(DvtHpoError):
     def __init__(self, reason: str, *, out_of_memory: bool = False) -> None:
         super().__init__(reason)
         self.out_of_memory = out_of_memory
+
+
+class StudyStopped(DvtHpoError):
+    """The study stopped itself (e.g. ``study.max_failures`` reached): exit code 1."""
+
+
+class TrialStopped(BaseException):
+    """Raised in the trial process by SIGTERM (the orchestrator, torchrun or a user stopping
+    it), so that the entry point's ``finally`` blocks run before it exits.
+
+    Like ``KeyboardInterrupt`` it derives from ``BaseException``: an ``except Exception`` in
+    a training loop must not swallow a stop.
+    """
+
+    def __init__(self, signal_name: str = "SIGTERM") -> None:
+        self.signal_name = signal_name
+        super().__init__(f"trial stopped by {signal_name}")
+
+
+class GpuShareError(RuntimeError):
+    """The share leaves a trial no memory on this GPU (too many trials for its size)."""
+
+
+class StorageError(DvtHpoError):
+    """The study database cannot be opened or used (exit code 1).
+
+    ``str()`` is one line: ``[file: ]study.storage 'redacted-url': problem; hint``.
+    """
+
+    def __init__(
+        self,
+        problem: str,
+        *,
+        url: str,
+        hint: str = "",
+        source: str | Path | None = None,
+    ) -> None:
+        self.problem = one_line(redact_text(problem, url))
+        self.hint = hint
+        self.redacted_url = redact_url(url)
+        self.source = str(source) if source is not None else None
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = f"{self.source}: " if self.source else ""
+        hint = f"; {self.hint}" if self.hint else ""
+        return f"{where}study.storage {self.redacted_url!r}: {self.problem}{hint}"
+
+
+class StudyNotFoundError(StorageError):
+    """A read-only command found no database, or no study of that name in it."""
+
+
+def one_line(text: str) -> str:
+    """The first non-blank line of ``text``, without its final period."""
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return first.rstrip(".")

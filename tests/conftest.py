@@ -141,7 +141,8 @@ def run_keeping_failures(spec: Any, lines: list[str]) -> optuna.Study:
     """Run ``spec`` through the real runner (its lines into ``lines``); its study, also when
     every trial failed (the run then ends with exit 1's StudyStopped: these tests read the
     failed trials)."""
-    from dvt_hpo.study.loop import StudyRunner, StudyStopped
+    from dvt_hpo.exceptions import StudyStopped
+    from dvt_hpo.study.loop import StudyRunner
 
     runner = StudyRunner(spec, out=lines.append)
     try:

@@ -20,15 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dvt_hpo.config.units import format_bytes
+from dvt_hpo.exceptions import GpuShareError
 
 # What one trial process holds on its GPU outside the caching allocator: the CUDA context with
 # its lazily loaded kernels, cuDNN/cuBLAS handles, NCCL buffers. 1 GiB is ample on recent GPUs
 # and under 1% of an 80-141 GiB one.
 CONTEXT_RESERVE_BYTES = 1 << 30
-
-
-class GpuShareError(RuntimeError):
-    """The share leaves a trial no memory on this GPU (too many trials for its size)."""
 
 
 @dataclass(frozen=True)
@@ -67,4 +64,4 @@ def memory_fraction(share: GpuShare, total_bytes: int) -> float:
     return usable / (share.per_gpu * total_bytes)
 
 
-__all__ = ["CONTEXT_RESERVE_BYTES", "GpuShare", "GpuShareError", "memory_fraction"]
+__all__ = ["CONTEXT_RESERVE_BYTES", "GpuShare", "memory_fraction"]

@@ -236,7 +236,7 @@ def check_stored_study(
     """Read the study stored under ``spec``'s name without writing anything and compare:
     ``(None, None)`` when there is none yet; raises the :func:`refusal_error` (exit 2), or
     :class:`~dvt_hpo.exceptions.DvtHpoError` (one line) when the storage cannot be read."""
-    from dvt_hpo.store.storage import redact_url
+    from dvt_hpo.store.redact import redact_url
     from dvt_hpo.store.stored_study import read_stored_study
 
     stored = read_stored_study(spec.study.storage, spec.study.name, source=spec.path)

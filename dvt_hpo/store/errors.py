@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
-from dvt_hpo.exceptions import DvtHpoError
-from dvt_hpo.store.urls import redact_text, redact_url
+from dvt_hpo.exceptions import StorageError, one_line
+from dvt_hpo.store.redact import redact_text
 
 T = TypeVar("T")
 
@@ -27,41 +27,6 @@ DEFAULT_STORAGE_RETRY_S = 120.0
 # enough that a server back after 10 s is noticed within a few seconds.
 _MAX_BACKOFF_S = 4.0
 _FIRST_BACKOFF_S = 0.1
-
-
-class StorageError(DvtHpoError):
-    """The study database cannot be opened or used (exit code 1).
-
-    ``str()`` is one line: ``[file: ]study.storage 'redacted-url': problem; hint``.
-    """
-
-    def __init__(
-        self,
-        problem: str,
-        *,
-        url: str,
-        hint: str = "",
-        source: str | Path | None = None,
-    ) -> None:
-        self.problem = _one_line(redact_text(problem, url))
-        self.hint = hint
-        self.redacted_url = redact_url(url)
-        self.source = str(source) if source is not None else None
-        super().__init__(str(self))
-
-    def __str__(self) -> str:
-        where = f"{self.source}: " if self.source else ""
-        hint = f"; {self.hint}" if self.hint else ""
-        return f"{where}study.storage {self.redacted_url!r}: {self.problem}{hint}"
-
-
-class StudyNotFoundError(StorageError):
-    """A read-only command found no database, or no study of that name in it."""
-
-
-def _one_line(text: str) -> str:
-    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
-    return first.rstrip(".")
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:
@@ -148,7 +113,7 @@ def storage_error(
         return exc
     if isinstance(exc, OSError) and not _is_db_error(exc):
         return _os_error(exc, url, source)
-    text = _one_line(redact_text(_driver_text(exc), url))
+    text = one_line(redact_text(_driver_text(exc), url))
     lowered = text.lower()
     for pattern, problem, hint in _KNOWN:
         if re.search(pattern, lowered):

@@ -28,15 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dvt_hpo.exceptions import DvtHpoError
-from dvt_hpo.store.errors import StorageError, StudyNotFoundError, storage_error
+from dvt_hpo.exceptions import DvtHpoError, StudyNotFoundError
+from dvt_hpo.store.errors import storage_error
 from dvt_hpo.store.lock import creation_lock, retry_creation_race
+from dvt_hpo.store.redact import redact_text, redact_url
 from dvt_hpo.store.urls import (
     expand_env,
     journal_path,
-    redact_text,
-    redact_url,
-    resolve_url,
     sqlite_path,
     storage_kind,
 )
@@ -418,20 +416,13 @@ def supports_heartbeat(storage: Any) -> bool:
 
 __all__ = [
     "HeartbeatSettings",
-    "StorageError",
-    "StudyNotFoundError",
     "check_storage_driver",
     "create_or_load_study",
     "expand_env",
     "journal_path",
     "open_existing",
     "open_storage",
-    "redact_text",
-    "redact_url",
-    "resolve_url",
     "retry_callback",
-    "sqlite_path",
-    "storage_kind",
     "supports_heartbeat",
     "unreachable_reason",
 ]

@@ -17,7 +17,7 @@ from typing import Any
 
 from dvt_hpo.exceptions import DvtHpoError
 from dvt_hpo.store.errors import storage_error
-from dvt_hpo.store.storage import journal_path, sqlite_path, storage_kind
+from dvt_hpo.store.urls import journal_path, sqlite_path, storage_kind
 
 __all__ = ["StoredStudy", "read_stored_study"]
 

@@ -1,4 +1,5 @@
-"""Storage URLs as text: ``${VAR}`` expansion, redaction of secrets, resolution of file paths.
+"""Storage URLs as text: ``${VAR}`` expansion and resolution of file paths (secrets are hidden
+by :mod:`dvt_hpo.store.redact`).
 
 Pure string work (no database driver is imported), shared by the spec loader, the storage
 opener and every message that may quote a URL.
@@ -10,19 +11,12 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
 from dvt_hpo.exceptions import SpecError
 
 SQLITE_PREFIX = "sqlite:///"
 JOURNAL_PREFIX = "journal:///"
 
-_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<user>[^:@/\s]*):[^@/\s]*@")
-# Query parameters of URLs and libpq "key=value" connection strings that carry secrets.
-_SECRET_PARAMS = re.compile(
-    r"(?i)(?P<key>(?:^|[?&\s;(,'\"])(?:password|sslpassword|passwd|pwd|token|secret)\s*=\s*)"
-    r"(?P<quote>['\"]?)[^&\s'\";,)]*(?P=quote)"
-)
 _VARIABLE = re.compile(r"\$(?:\$|\{(?P<body>[^}]*)\}|(?P<bad>\{))")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -59,42 +53,6 @@ def expand_env(text: str, *, env: Mapping[str, str] = os.environ) -> str:
         return value
 
     return _VARIABLE.sub(replace, text)
-
-
-def redact_url(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (``user:***@host``), and query parameters
-    named like secrets (``password=``, ``sslpassword=``, ``token=``...) too."""
-    return redact_text(url)
-
-
-def url_secrets(url: str) -> list[str]:
-    """The secrets written in ``url`` (password, secret query parameters), as written and
-    percent-decoded, longest first."""
-    found: set[str] = set()
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:
-        parts, password = None, None
-    if password:
-        found.update({password, unquote(password)})
-    query = parts.query if parts is not None else url.partition("?")[2]
-    for match in _SECRET_PARAMS.finditer("?" + query):
-        value = match.group(0)[len(match.group("key")) :].strip("'\"")
-        if value:
-            found.update({value, unquote(value)})
-    return sorted((s for s in found if s), key=len, reverse=True)
-
-
-def redact_text(text: str, url: str | None = None) -> str:
-    """``text`` (an error message, a log line) with every secret hidden: the password and
-    secret parameters of ``url`` wherever they appear, and credentials of any URL or libpq
-    connection string in it. Drivers quote the URL, or the password alone, in their errors."""
-    if url:
-        for secret in url_secrets(url):
-            text = text.replace(secret, "***")
-    text = _CREDENTIALS.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
-    return _SECRET_PARAMS.sub(lambda m: f"{m['key']}{m['quote']}***{m['quote']}", text)
 
 
 def resolve_url(url: str, base_dir: Path) -> str:

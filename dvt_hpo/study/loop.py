@@ -24,12 +24,12 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from dvt_hpo.batch.cache import StudyCache
-from dvt_hpo.exceptions import DvtHpoError
+from dvt_hpo.exceptions import DvtHpoError, StudyStopped
 from dvt_hpo.process import devices, launch
 from dvt_hpo.process.import_path import child_pythonpath
 from dvt_hpo.store import trial_config
 from dvt_hpo.store.errors import with_retry
-from dvt_hpo.store.storage import redact_url
+from dvt_hpo.store.redact import redact_url
 from dvt_hpo.study import messages as run_messages
 from dvt_hpo.study import recovery, space, stop_rules
 from dvt_hpo.study.constraints import feasible
@@ -63,10 +63,6 @@ if TYPE_CHECKING:
 EXIT_INTERRUPTED = 130
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-class StudyStopped(DvtHpoError):
-    """The study stopped itself (e.g. ``study.max_failures`` reached): exit code 1."""
 
 
 class StudyRunner:
@@ -592,6 +588,5 @@ def run_study(
 __all__ = [
     "EXIT_INTERRUPTED",
     "StudyRunner",
-    "StudyStopped",
     "run_study",
 ]

@@ -12,7 +12,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dvt_hpo.store.storage import journal_path, redact_url, storage_kind
+from dvt_hpo.store.redact import redact_url
+from dvt_hpo.store.urls import journal_path, storage_kind
 
 if TYPE_CHECKING:
     import optuna

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.exceptions import SpecError
 from dvt_hpo.store import compat
-from dvt_hpo.store.storage import HeartbeatSettings, create_or_load_study, redact_url, study_storage
+from dvt_hpo.store.redact import redact_url
+from dvt_hpo.store.storage import HeartbeatSettings, create_or_load_study, study_storage
 from dvt_hpo.store.stored_study import StoredStudy
 
 if TYPE_CHECKING:

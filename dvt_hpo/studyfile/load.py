@@ -19,7 +19,7 @@ from dvt_hpo.config.hints import describe, did_you_mean
 from dvt_hpo.config.paths import format_path
 from dvt_hpo.config.source import Doc, apply_override, parse_override, read_yaml
 from dvt_hpo.exceptions import SpecError
-from dvt_hpo.store.storage import redact_url
+from dvt_hpo.store.redact import redact_url
 from dvt_hpo.studyfile.batch import read_batch_size
 from dvt_hpo.studyfile.command import check_command
 from dvt_hpo.studyfile.fields import Reader

@@ -18,7 +18,8 @@ from typing import Any
 from dvt_hpo.config.hints import describe, did_you_mean
 from dvt_hpo.config.source import Key
 from dvt_hpo.exceptions import SpecError
-from dvt_hpo.store.urls import expand_env, redact_url, resolve_url
+from dvt_hpo.store.redact import redact_url
+from dvt_hpo.store.urls import expand_env, resolve_url
 from dvt_hpo.study import optuna_factory, space
 from dvt_hpo.study.optuna_factory import build_pruner, build_sampler
 from dvt_hpo.studyfile.fields import Reader

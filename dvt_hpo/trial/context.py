@@ -20,26 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from dvt_hpo.batch.search import Probe, ProbeRecord, SearchResult, find_batch_size
-from dvt_hpo.exceptions import BatchSizeError, TrialPruned
+from dvt_hpo.exceptions import BatchSizeError, TrialPruned, TrialStopped
 from dvt_hpo.wire.control_client import ControlClient
 
 if TYPE_CHECKING:
     from dvt_hpo.studyfile import BatchSizeSpec
 
 CacheStatus = Literal["hit", "miss", "stale", "off"]
-
-
-class TrialStopped(BaseException):
-    """Raised in the trial process by SIGTERM (the orchestrator, torchrun or a user stopping
-    it), so that the entry point's ``finally`` blocks run before it exits.
-
-    Like ``KeyboardInterrupt`` it derives from ``BaseException``: an ``except Exception`` in
-    a training loop must not swallow a stop.
-    """
-
-    def __init__(self, signal_name: str = "SIGTERM") -> None:
-        self.signal_name = signal_name
-        super().__init__(f"trial stopped by {signal_name}")
 
 
 # The stop signal this trial process received (the trial process's SIGTERM handler sets it), so that a
@@ -459,7 +446,6 @@ __all__ = [
     "BatchSizeChoice",
     "LocalContext",
     "TrialContext",
-    "TrialStopped",
     "cache_entry_key",
     "distributed_env",
     "effective_split",

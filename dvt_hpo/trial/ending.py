@@ -14,8 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dvt_hpo.batch.search import is_out_of_memory
-from dvt_hpo.exceptions import BatchSizeError, CommandFailed, TrialPruned
-from dvt_hpo.trial.context import TrialStopped
+from dvt_hpo.exceptions import BatchSizeError, CommandFailed, TrialPruned, TrialStopped
 from dvt_hpo.wire.protocol import EXIT_ERROR, EXIT_OK, EXIT_PRUNED, EXIT_STOPPED
 from dvt_hpo.wire.result import TrialResult
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dvt_hpo.process.gpu_share import GpuShare, GpuShareError, memory_fraction
+from dvt_hpo.exceptions import GpuShareError
+from dvt_hpo.process.gpu_share import GpuShare, memory_fraction
 
 # What apply_share set in this process, by device index: for a torch without the getter.
 _applied: dict[int, float] = {}

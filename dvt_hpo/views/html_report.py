@@ -184,7 +184,7 @@ def _best_text(study: optuna.Study, spec: StudySpec) -> str:
 
 def render_report(study: optuna.Study, spec: StudySpec) -> str:
     _require_plotly()
-    from dvt_hpo.store.storage import redact_url
+    from dvt_hpo.store.redact import redact_url
 
     trials = study.get_trials(deepcopy=False)
     counts: dict[str, int] = {}

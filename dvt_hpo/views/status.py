@@ -165,7 +165,7 @@ def read_status(
     cache ``optuna.load_study`` wraps RDB storages in)."""
     from optuna.trial import TrialState
 
-    from dvt_hpo.store.storage import redact_url
+    from dvt_hpo.store.redact import redact_url
 
     counts = _counts(storage, study_id)
 

@@ -134,7 +134,8 @@ def run(config, ctx):
 def _run(study: Path) -> tuple[list[Any], list[str]]:
     import optuna
 
-    from dvt_hpo.study.loop import StudyRunner, StudyStopped
+    from dvt_hpo.exceptions import StudyStopped
+    from dvt_hpo.study.loop import StudyRunner
     from dvt_hpo.studyfile import load_spec
 
     lines: list[str] = []

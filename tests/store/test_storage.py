@@ -10,21 +10,17 @@ from typing import Any
 import optuna
 import pytest
 
-from dvt_hpo.exceptions import SpecError
+from dvt_hpo.exceptions import SpecError, StorageError, StudyNotFoundError
+from dvt_hpo.store.redact import redact_url
 from dvt_hpo.store.storage import (
     HeartbeatSettings,
-    StorageError,
-    StudyNotFoundError,
     check_storage_driver,
     create_or_load_study,
     open_existing,
     open_storage,
-    redact_url,
-    resolve_url,
-    sqlite_path,
-    storage_kind,
     supports_heartbeat,
 )
+from dvt_hpo.store.urls import resolve_url, sqlite_path, storage_kind
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 
 from dvt_hpo.exceptions import SpecError
-from dvt_hpo.store.urls import expand_env, redact_text, redact_url, url_secrets
+from dvt_hpo.store.redact import redact_text, redact_url, url_secrets
+from dvt_hpo.store.urls import expand_env
 
 
 @pytest.mark.parametrize(

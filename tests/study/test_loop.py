@@ -16,6 +16,7 @@ from typing import Any
 import optuna
 import pytest
 
+from dvt_hpo.exceptions import StudyStopped
 from dvt_hpo.process.tree import wait_gone
 from dvt_hpo.study.events import (
     BaseObserver,
@@ -25,7 +26,7 @@ from dvt_hpo.study.events import (
     TrialReported,
     TrialStarted,
 )
-from dvt_hpo.study.loop import StudyRunner, StudyStopped
+from dvt_hpo.study.loop import StudyRunner
 from dvt_hpo.study.preflight import load_runnable
 from dvt_hpo.studyfile import load_spec
 from tests.conftest import toy_study

@@ -12,7 +12,7 @@ import optuna
 import pytest
 
 from dvt_hpo import run_study
-from dvt_hpo.study.loop import StudyStopped
+from dvt_hpo.exceptions import StudyStopped
 from dvt_hpo.study.trial_run import MAX_HISTORY_POINTS, history_attr
 from dvt_hpo.studyfile import load_spec
 from tests.conftest import toy_study

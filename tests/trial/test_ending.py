@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dvt_hpo.exceptions import CommandFailed, TrialPruned
-from dvt_hpo.trial.context import TrialStopped
+from dvt_hpo.exceptions import CommandFailed, TrialPruned, TrialStopped
 from dvt_hpo.trial.ending import metrics_of, result_of
 from dvt_hpo.wire.protocol import EXIT_ERROR, EXIT_OK, EXIT_PRUNED, EXIT_STOPPED
 from dvt_hpo.wire.result import TrialResult

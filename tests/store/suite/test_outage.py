@@ -10,7 +10,8 @@ from typing import TypeVar
 import optuna
 import pytest
 
-from dvt_hpo.store.errors import StorageError, with_retry
+from dvt_hpo.exceptions import StorageError
+from dvt_hpo.store.errors import with_retry
 from dvt_hpo.store.storage import HeartbeatSettings, create_or_load_study
 from tests.store.suite.postgres_cluster import PASSWORD, PostgresCluster
 
