@@ -26,7 +26,7 @@ import yaml
 
 from dvt_hpo import SpecError, run_study
 from dvt_hpo.cli import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, main
-from dvt_hpo.study.space import get_path
+from dvt_hpo.config.paths import get_path
 from dvt_hpo.studyfile import load_spec
 from tests.conftest import REPO_ROOT, toy_study
 

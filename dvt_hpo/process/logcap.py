@@ -19,8 +19,6 @@ import time
 from collections import deque
 from pathlib import Path
 
-DEFAULT_MAX_BYTES = 10 * 1024**2
-
 
 class CappedLog:
     """A file that holds at most ``max_bytes`` of what was written to it (plus a marker)."""
@@ -141,4 +139,4 @@ def open_pumped(
     return write_fd, LogPump(read_fd, CappedLog(path, max_bytes), name)
 
 
-__all__ = ["DEFAULT_MAX_BYTES", "CappedLog", "LogPump", "open_pumped"]
+__all__ = ["CappedLog", "LogPump", "open_pumped"]

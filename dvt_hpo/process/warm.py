@@ -50,13 +50,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dvt_hpo.process.lifeline import set_parent_death_signal
+
 WARM_MODULE = "dvt_hpo.process.warm"
 WARM_HOOK = "__dvt_hpo_warm__"
 # The template's own variable (a trial's environment is replaced by the trial's): the folder
 # under which each module's warm-up hook gets a folder of its own.
 ENV_WARM_DIR = "DVT_HPO_WARM_DIR"
 _READY_TIMEOUT_S = 300.0  # importing torch and a large trainer can take a minute on a busy node
-_PR_SET_PDEATHSIG = 1
 
 
 def _send(sock: socket.socket, msg: Mapping[str, Any]) -> None:
@@ -103,13 +104,6 @@ def changed_files(files: Mapping[str, float]) -> list[str]:
 # -- the template process ---------------------------------------------------------------------
 
 
-def _set_parent_death_signal() -> None:
-    with contextlib.suppress(OSError, AttributeError):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-
-
 def _preload(modules: Sequence[str]) -> dict[str, str]:
     errors: dict[str, str] = {}
     for name in modules:
@@ -148,7 +142,7 @@ def _child(
     # Die with the template from the first instruction: the trial process sets this again, but it
     # takes the parent it sees then as the one to die with, and a template killed in between
     # (its owner was) would leave this child running under init.
-    _set_parent_death_signal()
+    set_parent_death_signal()
     if os.getppid() != template_pid:
         os._exit(1)
     code = 1
@@ -210,7 +204,7 @@ def _status(pid: int) -> int | None:
 def serve(fd: int, modules: Sequence[str]) -> int:
     """The template's main loop."""
     sock = socket.socket(fileno=fd)
-    _set_parent_death_signal()
+    set_parent_death_signal()
     started = time.perf_counter()
     errors = _preload(modules)
     errors.update(_warm_up([m for m in modules if m not in errors], os.environ.get(ENV_WARM_DIR)))

@@ -20,9 +20,6 @@ from dvt_hpo.store.redact import redact_text
 
 T = TypeVar("T")
 
-# How long the study loop rides out an unreachable database before it gives up (the default of
-# study.storage_retry_s): long enough for a server restart or a fail-over.
-DEFAULT_STORAGE_RETRY_S = 120.0
 # The longest pause between two tries: long enough not to hammer a restarting server, short
 # enough that a server back after 10 s is noticed within a few seconds.
 _MAX_BACKOFF_S = 4.0

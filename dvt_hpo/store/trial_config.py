@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dvt_hpo.config.paths import get_path, set_path
 from dvt_hpo.study import space
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ def store_base(storage: Any, study_id: int, spec: StudySpec) -> str:
 
 def has_path(config: Any, path: str) -> bool:
     try:
-        space.get_path(config, path)
+        get_path(config, path)
     except (KeyError, IndexError, AttributeError, TypeError):
         return False
     return True
@@ -79,7 +80,7 @@ def trial_run_config(spec: StudySpec, params: Mapping[str, Any], number: int) ->
         config.setdefault("checkpoint", {})["enable_checkpointing"] = False
         config["output_dir"] = str(spec.trials.runs_dir / f"trial-{number:04d}" / "output")
     elif has_path(config, "checkpoint.enable_checkpointing"):
-        space.set_path(config, "checkpoint.enable_checkpointing", False)
+        set_path(config, "checkpoint.enable_checkpointing", False)
     return config
 
 
@@ -98,7 +99,7 @@ def ran_config(
     paths = record.get("paths") or {}
     for name, value in trial.params.items():
         if name in paths:
-            space.set_path(config, paths[name], value, create=True)
+            set_path(config, paths[name], value, create=True)
     return absolute_paths(config, Path(record.get("cwd") or "."))
 
 
@@ -108,12 +109,12 @@ def absolute_paths(config: dict[str, Any], base_dir: Path) -> dict[str, Any]:
     for field in PATH_FIELDS:
         if not has_path(config, field):
             continue
-        value = space.get_path(config, field)
+        value = get_path(config, field)
         if not isinstance(value, str) or not value or "://" in value:
             continue
         path = Path(value).expanduser()
         if not path.is_absolute():
-            space.set_path(config, field, str((base_dir / path).resolve()))
+            set_path(config, field, str((base_dir / path).resolve()))
     return config
 
 

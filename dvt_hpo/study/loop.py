@@ -302,7 +302,9 @@ class StudyRunner:
         with self.study_lock:
             foreign = [
                 t
-                for t in self.study.get_trials(deepcopy=False, states=(_state("RUNNING"),))
+                for t in self.study.get_trials(
+                    deepcopy=False, states=(recovery.trial_state("RUNNING"),)
+                )
                 if t.number not in self.running
             ]
             ages = recovery.heartbeat_ages(self.storage, foreign)
@@ -404,7 +406,7 @@ class StudyRunner:
             with contextlib.suppress(Exception), self.study_lock:
                 trial.set_user_attr("status", "failed")
                 trial.set_user_attr("reason", f"orchestrator error: {type(exc).__name__}: {exc}")
-                tell(self.study, trial, state=_state("FAIL"), skip_if_finished=True)
+                tell(self.study, trial, state=recovery.trial_state("FAIL"), skip_if_finished=True)
             raise
 
     def _start(self, trial: optuna.Trial, slot: devices.Slot) -> bool:
@@ -430,7 +432,7 @@ class StudyRunner:
                 trial.set_user_attr(
                     "reason", "another worker took the last trial of study.n_trials first"
                 )
-                tell(self.study, trial, state=_state("FAIL"))
+                tell(self.study, trial, state=recovery.trial_state("FAIL"))
                 return False
             params = space.sample(trial, spec.search_space)
         config = trial_config.trial_run_config(spec, params, trial.number)
@@ -513,12 +515,12 @@ class StudyRunner:
         self.observers.trial_finished(event)
 
     def _n_done(self) -> int:
-        states = (_state("COMPLETE"), _state("PRUNED"))
+        states = (recovery.trial_state("COMPLETE"), recovery.trial_state("PRUNED"))
         return len(self.study.get_trials(deepcopy=False, states=states))
 
     def _best(self) -> Best:
         return select_best(
-            self.study.get_trials(deepcopy=False, states=(_state("COMPLETE"),)),
+            self.study.get_trials(deepcopy=False, states=(recovery.trial_state("COMPLETE"),)),
             self.spec.objective.directions,
         )
 
@@ -551,12 +553,6 @@ class StudyRunner:
             constraints=[c.metric for c in self.spec.objective.constraints],
         ):
             self.out(line)
-
-
-def _state(name: str) -> Any:
-    from optuna.trial import TrialState
-
-    return TrialState[name]
 
 
 def run_study(

@@ -34,7 +34,9 @@ HEARTBEAT_ATTR = "dvt_hpo:heartbeat"  # journal storages: the trial's last heart
 OVER_BUDGET_ATTR = "dvt_hpo:over_budget"  # closed at once: asked past the budget by a race
 
 
-def _state(name: str) -> Any:
+def trial_state(name: str) -> Any:
+    """Optuna's ``TrialState`` member by name, importing optuna only when a state is needed
+    (``dvt-hpo --help`` and ``validate`` stay quick)."""
     from optuna.trial import TrialState
 
     return TrialState[name]
@@ -75,7 +77,7 @@ def fail_attempt(
     import optuna
 
     try:
-        failed = storage.set_trial_state_values(trial_id, _state("FAIL"))
+        failed = storage.set_trial_state_values(trial_id, trial_state("FAIL"))
     except optuna.exceptions.UpdateFinishedTrialError:
         return False
     if failed and retry:
@@ -105,7 +107,7 @@ def reconcile(
         optuna.storages.fail_stale_trials(study)
         return
     now = time.time()
-    for t in study.get_trials(deepcopy=False, states=(_state("RUNNING"),)):
+    for t in study.get_trials(deepcopy=False, states=(trial_state("RUNNING"),)):
         if is_ours(t.number):
             continue
         beat = t.system_attrs.get(HEARTBEAT_ATTR)
@@ -279,6 +281,7 @@ def counted_numbers(trials: list[optuna.trial.FrozenTrial]) -> set[int]:
 
 
 __all__ = [
+    "trial_state",
     "HEARTBEAT_ATTR",
     "OVER_BUDGET_ATTR",
     "Budget",

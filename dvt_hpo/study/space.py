@@ -20,15 +20,7 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-# Dotted paths live in dvt_hpo.config.paths; these names stay importable from here for the runner.
-from dvt_hpo.config.paths import (
-    PathIndexError,
-    PathKeyError,
-    format_path,
-    get_path,
-    parse_path,
-    set_path,
-)
+from dvt_hpo.config.paths import set_path
 
 if TYPE_CHECKING:
     import optuna
@@ -36,21 +28,15 @@ if TYPE_CHECKING:
     from dvt_hpo.studyfile.model import Condition, Dimension
 
 __all__ = [
-    "PathIndexError",
-    "PathKeyError",
     "apply",
     "condition_holds",
     "diff_spaces",
     "distribution",
     "distributions",
-    "format_path",
-    "get_path",
     "grid_size",
     "grid_values",
-    "parse_path",
     "same_value",
     "sample",
-    "set_path",
     "space_signature",
 ]
 

@@ -237,7 +237,9 @@ class TrialRun:
                 # Recording failed too: at least end it in the study (else it stays RUNNING
                 # until its heartbeat goes stale and is retried as if its orchestrator died).
                 with contextlib.suppress(Exception), self.study.lock:
-                    self.study.storage.set_trial_state_values(self.trial_id, _state("FAIL"))
+                    self.study.storage.set_trial_state_values(
+                        self.trial_id, recovery.trial_state("FAIL")
+                    )
         self.phase = Phase.FINISHED
         self.study.finished(outcome)
 
@@ -384,7 +386,12 @@ class TrialRun:
             elif outcome.state == "PRUNED":
                 value = self.study.db(
                     lambda: (
-                        tell(study, self.trial, state=_state("PRUNED"), skip_if_finished=True).value
+                        tell(
+                            study,
+                            self.trial,
+                            state=recovery.trial_state("PRUNED"),
+                            skip_if_finished=True,
+                        ).value
                     ),
                     "recording",
                 )
@@ -398,7 +405,9 @@ class TrialRun:
                 )
             else:
                 self.study.db(
-                    lambda: tell(study, self.trial, state=_state("FAIL"), skip_if_finished=True),
+                    lambda: tell(
+                        study, self.trial, state=recovery.trial_state("FAIL"), skip_if_finished=True
+                    ),
                     "recording",
                 )
         self._apply_keep_logs(outcome.state)
@@ -452,12 +461,6 @@ def tell(study: optuna.Study, trial: optuna.Trial, *args: Any, **kwargs: Any) ->
         if "Study.stop" not in str(exc):
             raise
         return study._storage.get_trial(trial._trial_id)
-
-
-def _state(name: str) -> Any:
-    from optuna.trial import TrialState
-
-    return TrialState[name]
 
 
 __all__ = ["MAX_HISTORY_POINTS", "TrialRun", "history_attr", "tell"]

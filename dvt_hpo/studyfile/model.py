@@ -68,6 +68,7 @@ class StudySection:
     heartbeat_interval_s: int = rule(10, ge=1)
     grace_period_s: int = rule(20, ge=1)  # default: 2 * heartbeat_interval_s
     # How long storage calls of a running study retry while the database is unreachable.
+    # Long enough for a server restart or a fail-over before the run gives up.
     storage_retry_s: float = rule(120.0, ge=0)
 
 

@@ -87,7 +87,6 @@ REVERSING = frozenset(
 # Two-word names whose second word alone is not a metric.
 _PHRASES = {("cross", "entropy"): "crossentropy", ("f", "score"): "fscore"}
 
-_WORD_RE = re.compile(r"[a-z0-9]+")
 _CAMEL_RE = re.compile(r"[A-Z]+[a-z0-9]*|[a-z0-9]+")
 
 

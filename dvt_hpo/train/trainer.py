@@ -16,9 +16,7 @@ import logging
 import math
 import os
 import random
-import shutil
 import time
-import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +29,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
+from dvt_hpo.atomic import copy_atomic, write_atomic
+from dvt_hpo.batch import probe
 from dvt_hpo.exceptions import SpecError
 from dvt_hpo.metrics import (
     accuracy_from_confusion_matrix,
@@ -277,18 +277,6 @@ class Ema:
 # Checkpoints
 
 
-def _atomic_save(obj: Any, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
-def _atomic_copy(src: Path, dst: Path) -> None:
-    tmp = dst.with_name(f".{dst.name}.tmp-{os.getpid()}")
-    shutil.copyfile(src, tmp)
-    os.replace(tmp, dst)
-
-
 class Checkpointer:
     """``last.pt`` every epoch, ``best.pt`` when ``monitor`` improves, and ``epoch-NNNN.pt``
     every ``save_every_n_epochs`` epochs, of which the newest ``keep_last_n`` are kept."""
@@ -307,16 +295,16 @@ class Checkpointer:
     def save(self, epoch: int, metrics: Mapping[str, float], state: Mapping[str, Any]) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         last = self.dir / "last.pt"
-        _atomic_save(dict(state), last)
+        write_atomic(last, lambda f: torch.save(dict(state), f))
         value = metrics[self.cfg.monitor]
         better = self.best is None or (
             value > self.best if self.cfg.mode == "max" else value < self.best
         )
         if better and math.isfinite(value):
             self.best = value
-            _atomic_copy(last, self.dir / "best.pt")
+            copy_atomic(last, self.dir / "best.pt")
         if (epoch + 1) % self.cfg.save_every_n_epochs == 0:
-            _atomic_copy(last, self.dir / f"epoch-{epoch:04d}.pt")
+            copy_atomic(last, self.dir / f"epoch-{epoch:04d}.pt")
             periodic = sorted(self.dir.glob("epoch-*.pt"))
             for old in periodic[: -self.cfg.keep_last_n]:
                 old.unlink(missing_ok=True)
@@ -379,9 +367,7 @@ def make_fits(
         model = optimizer = ema = eval_model = buckets = inputs = labels = logits = loss = None
         rows = n + math.ceil(n * PROBE_HEADROOM)
         try:
-            if cuda:
-                torch.cuda.synchronize(device)
-                torch.cuda.reset_peak_memory_stats(device)
+            probe.start(device)
             model = build_model(cfg.model, in_shape, num_classes).to(device)
             optimizer = build_optimizer(cfg.optim, model.parameters())
             ema = Ema(model, cfg.ema) if cfg.ema.enabled else None
@@ -410,34 +396,16 @@ def make_fits(
             eval_model.eval()
             with torch.no_grad(), precision.autocast():
                 logits = eval_model(inputs)
-            if not cuda:
-                return True
-            from dvt_hpo.batch.search import Probe
-            from dvt_hpo.trial.gpu_share import allowed_bytes
-
-            torch.cuda.synchronize(device)
-            return Probe(
-                fits=True,
-                peak_bytes=torch.cuda.max_memory_allocated(device),
-                # The trial's share of the GPU under trials.per_gpu, else the whole GPU.
-                available_bytes=allowed_bytes(device),
-            )
+            return probe.measured(device)
         except BaseException as exc:
-            # The traceback's frames (e.g. a conv's forward) still hold activations; clear them
-            # so the memory is free before the search decides what to do with the error.
-            traceback.clear_frames(exc.__traceback__)
+            probe.forget_frames(exc)
             raise
         finally:
             if optimizer is not None:
                 optimizer.zero_grad(set_to_none=True)
             # Dropping the names (this frame stays alive in a propagating traceback) frees them.
             del model, optimizer, ema, eval_model, buckets, inputs, labels, logits, loss
-            if cuda:
-                # A full collection costs ~0.2 s with torch loaded: worth it before the next
-                # CUDA probe measures its peak, not on CPU where reference counting already
-                # freed the tensors (and the search collects after an out-of-memory error).
-                gc.collect()
-                torch.cuda.empty_cache()
+            probe.release(device)
 
     return fits
 

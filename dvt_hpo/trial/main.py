@@ -36,6 +36,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from dvt_hpo.process.lifeline import set_parent_death_signal
 from dvt_hpo.trial.context import (
     LocalContext,
     TrialContext,
@@ -64,7 +65,6 @@ _RESERVE_BYTES = 1 << 20
 # A trial that returned but whose interpreter does not exit (a stray non-daemon thread) is
 # ended this long after its result was written.
 _EXIT_GRACE_S = 20.0
-_PR_SET_PDEATHSIG = 1
 
 _reserve: bytearray | None = None
 
@@ -119,19 +119,6 @@ def _fix_mmap_threshold() -> None:
         ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, 128 * 1024)
     except (OSError, AttributeError):
         pass  # not glibc (e.g. musl): nothing to turn off
-
-
-def set_parent_death_signal() -> bool:
-    """Ask Linux to SIGKILL this process when its parent *thread* exits (best effort)."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
 
 
 def kill_own_group() -> None:

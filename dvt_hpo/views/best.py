@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from dvt_hpo.config.paths import set_path
 from dvt_hpo.exceptions import DvtHpoError, SpecError
 from dvt_hpo.store.trial_config import absolute_paths, has_path, ran_config
 from dvt_hpo.study import space
@@ -45,12 +46,12 @@ def best_config(
         )
     bs = best.user_attrs.get("batch_size")
     if isinstance(bs, int) and not isinstance(bs, bool) and spec.batch_size.auto:
-        space.set_path(config, spec.batch_size.path, bs, create=True)
+        set_path(config, spec.batch_size.path, bs, create=True)
         acc = best.user_attrs.get("accumulate_steps")
         if isinstance(acc, int) and has_path(config, spec.batch_size.accumulate_path):
-            space.set_path(config, spec.batch_size.accumulate_path, acc)
+            set_path(config, spec.batch_size.accumulate_path, acc)
     if has_path(config, "checkpoint.enable_checkpointing"):
-        space.set_path(config, "checkpoint.enable_checkpointing", True)
+        set_path(config, "checkpoint.enable_checkpointing", True)
     return config, stored is not None
 
 

@@ -11,8 +11,6 @@ them from other errors (``dvt_hpo.batch.search.is_out_of_memory``).
 
 from __future__ import annotations
 
-import gc
-import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +18,8 @@ import torch
 from deepvisiontools.datasets import DeepVisionLoader
 from deepvisiontools.train.trainer import build_param_groups
 from torch.utils.data import RandomSampler
+
+from dvt_hpo.batch import probe
 
 STEPS = 2
 
@@ -34,9 +34,7 @@ def make_fits(
     def fits(n: int) -> Any:
         cfg = model = optimizer = loader = batch = out = loss = None
         try:
-            if cuda:
-                torch.cuda.synchronize(device)
-                torch.cuda.reset_peak_memory_stats(device)
+            probe.start(device)
             sampler = RandomSampler(train_set, replacement=True, num_samples=n * (STEPS + 1))
             loader = DeepVisionLoader(train_set, batch_size=n, sampler=sampler, shuffle=False)
             cfg = load(loader)
@@ -59,27 +57,13 @@ def make_fits(
             model.eval()
             with torch.no_grad(), torch.autocast(device.type, enabled=amp, dtype=dtype):
                 out = model.eval_step(batch[0], batch[1])
-            if not cuda:
-                return True
-            from dvt_hpo.batch.search import Probe
-            from dvt_hpo.trial.gpu_share import allowed_bytes
-
-            torch.cuda.synchronize(device)
-            return Probe(
-                fits=True,
-                peak_bytes=torch.cuda.max_memory_allocated(device),
-                # The trial's share of the GPU under trials.per_gpu, else the whole GPU.
-                available_bytes=allowed_bytes(device),
-            )
+            return probe.measured(device)
         except BaseException as exc:
-            # Frames in the traceback hold activations; free them before the search decides.
-            traceback.clear_frames(exc.__traceback__)
+            probe.forget_frames(exc)
             raise
         finally:
             del cfg, model, optimizer, loader, batch, out, loss
-            if cuda:
-                gc.collect()
-                torch.cuda.empty_cache()
+            probe.release(device)
 
     return fits
 
