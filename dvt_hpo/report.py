@@ -33,7 +33,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["ENV_REPORT", "PRUNED_EXIT_CODE", "report"]
+__all__ = ["ENV_REPORT", "PRUNED_EXIT_CODE", "check_report", "report"]
 
 # The trial process sets this to its report socket's path; absent outside a study.
 ENV_REPORT = "DVT_HPO_REPORT"
@@ -55,7 +55,7 @@ def report(step: int, metrics: Mapping[str, Any] | None = None, **more: Any) -> 
     reported twice), ``ConnectionError`` when the trial process is gone, ``RuntimeError``
     when the trial process could not report it.
     """
-    values = _clean(step, {**(metrics or {}), **more})
+    values = check_report(step, {**(metrics or {}), **more})
     address = os.environ.get(ENV_REPORT)
     if not address:
         shown = " ".join(f"{name}={value:.6g}" for name, value in values.items())
@@ -72,9 +72,14 @@ def report(step: int, metrics: Mapping[str, Any] | None = None, **more: Any) -> 
         raise kinds.get(reply.get("error_type", ""), RuntimeError)(reply["error"])
 
 
-def _clean(step: Any, metrics: Mapping[str, Any]) -> dict[str, float]:
+def check_report(step: Any, metrics: Any) -> dict[str, float]:
+    """The one rule for a report's arguments, here and for ``ctx.report`` in the trial process:
+    ``step`` an int >= 0, at least one metric, each named by a non-empty string and a number
+    (``float()`` takes 0-d tensors and numpy scalars without importing either)."""
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise ValueError(f"report step must be an int >= 0, got {step!r}")
+    if not isinstance(metrics, Mapping):
+        raise TypeError(f"report metrics must be a dict of numbers, got {metrics!r}")
     if not metrics:
         raise ValueError("report needs at least one metric, e.g. report(step, loss=0.12)")
     clean: dict[str, float] = {}

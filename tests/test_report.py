@@ -8,6 +8,7 @@ import ast
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -77,3 +78,32 @@ def test_importing_it_stays_light() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     ).stdout
     assert out.strip() == "['dvt_hpo', 'dvt_hpo.exceptions', 'dvt_hpo.report']"
+
+
+# -- one rule for a report's arguments, in a script and in an entry point --------------------
+
+
+BAD_REPORTS = [
+    (-1, {"loss": 1.0}, ValueError, "step must be an int >= 0"),
+    (True, {"loss": 1.0}, ValueError, "step must be an int >= 0"),
+    (0, {}, ValueError, "at least one metric"),
+    (0, {"": 1.0}, TypeError, "non-empty strings"),
+    (0, {3: 1.0}, TypeError, "non-empty strings"),
+    (0, {"loss": "low"}, TypeError, "'loss' must be a number"),
+    (0, [("loss", 1.0)], TypeError, "must be a dict of numbers"),
+]
+
+
+@pytest.mark.parametrize(("step", "metrics", "error", "message"), BAD_REPORTS)
+def test_the_script_helper_and_the_context_refuse_the_same_reports(
+    step: Any, metrics: Any, error: type[Exception], message: str
+) -> None:
+    import io
+
+    from dvt_hpo.report import check_report
+    from dvt_hpo.trial.context import LocalContext
+
+    with pytest.raises(error, match=message):
+        check_report(step, metrics)
+    with pytest.raises(error, match=message):
+        LocalContext(out=io.StringIO(), env={}).report(step, metrics)

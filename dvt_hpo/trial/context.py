@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from dvt_hpo.batch.search import Probe, ProbeRecord, SearchResult, find_batch_size
 from dvt_hpo.exceptions import BatchSizeError, TrialPruned, TrialStopped
+from dvt_hpo.report import check_report
 from dvt_hpo.wire.control_client import ControlClient
 
 if TYPE_CHECKING:
@@ -105,25 +106,6 @@ def distributed_env(env: Mapping[str, str] | None = None) -> tuple[int, int, int
     return read("RANK", 0), read("LOCAL_RANK", 0), read("WORLD_SIZE", 1)
 
 
-def _metrics(step: Any, metrics: Mapping[str, Any]) -> tuple[int, dict[str, float]]:
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise ValueError(f"report step must be an int >= 0, got {step!r}")
-    if not isinstance(metrics, Mapping):
-        raise TypeError(f"report metrics must be a dict of numbers, got {metrics!r}")
-    clean: dict[str, float] = {}
-    for key, value in metrics.items():
-        if not isinstance(key, str):
-            raise TypeError(f"report metric names must be strings, got {key!r}")
-        try:
-            # float() also takes 0-d tensors and numpy scalars without importing either.
-            clean[key] = float(value)
-        except (TypeError, ValueError):
-            raise TypeError(
-                f"report metric {key!r} must be a number, got {value!r} ({type(value).__name__})"
-            ) from None
-    return step, clean
-
-
 def _batch_size_spec(data: Mapping[str, Any]) -> BatchSizeSpec:
     """A ``batch_size`` section given as a plain mapping (by hand, outside a study): its keys
     and types are checked here; the search checks its bounds when it runs."""
@@ -197,7 +179,7 @@ class _BaseContext:
         (Optuna keeps only the first value of a step, so the second would be silently lost
         to pruning while the objective used it; report all metrics of a step in one call)."""
         raise_if_stopped()
-        step, clean = _metrics(step, metrics)
+        clean = check_report(step, metrics)
         if step in self._reported_steps:
             raise ValueError(
                 f"step {step} was already reported; report each step once, with all its "

@@ -134,7 +134,7 @@ def test_other_ranks_do_not_report_but_check_their_arguments(channel: Channel) -
         (1.5, {"loss": 1.0}, "step must be an int >= 0"),
         (True, {"loss": 1.0}, "step must be an int >= 0"),
         (0, [("loss", 1.0)], "dict of numbers"),
-        (0, {1: 1.0}, "names must be strings"),
+        (0, {1: 1.0}, "names must be non-empty strings"),
         (0, {"loss": None}, "'loss' must be a number"),
     ],
 )
