@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dvt_hpo import kill_points
 from dvt_hpo.exceptions import DvtHpoError
 from dvt_hpo.storage_errors import StorageError, StudyNotFoundError, storage_error
 from dvt_hpo.storage_lock import creation_lock, retry_creation_race
@@ -136,6 +137,7 @@ def retry_callback(max_retries: int) -> Any:
         callback = cls(max_retry=max_retries)
 
     def retry(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        kill_points.reached("retry:failed")
         # Optuna copies the failed attempt's user attrs onto the copy: a retry that completes
         # would still show that attempt's status, reason and stderr tail.
         fresh = copy.copy(trial)

@@ -22,7 +22,16 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from dvt_hpo import devices, launch, recovery, run_messages, space, stop_rules, trial_config
+from dvt_hpo import (
+    devices,
+    kill_points,
+    launch,
+    recovery,
+    run_messages,
+    space,
+    stop_rules,
+    trial_config,
+)
 from dvt_hpo.constraints import feasible
 from dvt_hpo.events import StudyEnded, StudyObserver, StudyStarted, TrialFinished, TrialStarted
 from dvt_hpo.exceptions import DvtHpoError
@@ -360,6 +369,7 @@ class StudyRunner:
         to be used up by another worker between our count and our ask."""
         with self.study_lock:
             trial = self.db(self.study.ask, "asking for a trial")
+        kill_points.reached("ask")
         try:
             return self._start(trial, slot)
         except KeyboardInterrupt:
@@ -395,6 +405,7 @@ class StudyRunner:
             self.storage.set_trial_system_attr(trial_id, trial_config.TRIAL_ATTR, self.config_key)
             # A RUNNING trial without a heartbeat is never found stale: record one at once.
             recovery.record_heartbeat(self.storage, trial_id)
+            kill_points.reached("start:heartbeat")
             retried = recovery.retried_trial_number(self.storage.get_trial(trial_id))
             if retried is None and self._over_budget(trial.number):
                 # Storages number trials atomically, so "the first n_trials count" is exact
@@ -407,6 +418,7 @@ class StudyRunner:
                 tell(self.study, trial, state=_state("FAIL"))
                 return False
             params = space.sample(trial, spec.search_space)
+        kill_points.reached("start:params")
         config = trial_config.trial_run_config(spec, params, trial.number)
         run = TrialRun(self, trial, params, config, slot)
         attrs = self.observers.trial_started(

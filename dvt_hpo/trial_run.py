@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dvt_hpo import launch, recovery, space
+from dvt_hpo import kill_points, launch, recovery, space
 from dvt_hpo.atomic import read_json
 from dvt_hpo.constraints import store_constraints
 from dvt_hpo.control_server import ControlServer
@@ -279,6 +279,7 @@ class TrialRun:
             )
             env[ENV_LAUNCHED] = repr(time.time())
             self.process = self.loop.launcher.start(payload_path, env, self.trial_dir)
+            kill_points.reached("trial:running")
             if self.process.warm:
                 self._set_attrs({"warm_start": True})
             self.phase = Phase.RUNNING
@@ -372,6 +373,7 @@ class TrialRun:
             if outcome.traceback:
                 attrs["traceback"] = outcome.traceback[-_ATTR_TEXT_CHARS:]
         self._set_attrs(attrs)
+        kill_points.reached("record:before_tell")
         value = outcome.value
         told: float | list[float] | None = (
             list(outcome.values) if self.spec.objective.is_multi else value

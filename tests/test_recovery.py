@@ -106,7 +106,7 @@ class Orchestrator:
     """One ``dvt-hpo run`` subprocess in a session of its own (like a shell's foreground job);
     a thread collects its output lines, so a test can await one."""
 
-    def __init__(self, study: Path, *args: str) -> None:
+    def __init__(self, study: Path, *args: str, env: dict[str, str] | None = None) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "dvt_hpo", "run", str(study), *args],
             stdout=subprocess.PIPE,
@@ -114,6 +114,7 @@ class Orchestrator:
             stdin=subprocess.DEVNULL,
             cwd=REPO_ROOT,
             start_new_session=True,
+            env=None if env is None else {**os.environ, **env},
         )
         self.lines: list[str] = []
         self._changed = threading.Condition()
