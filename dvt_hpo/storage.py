@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dvt_hpo import kill_points
 from dvt_hpo.exceptions import DvtHpoError
 from dvt_hpo.storage_errors import StorageError, StudyNotFoundError, storage_error
 from dvt_hpo.storage_lock import creation_lock, retry_creation_race
@@ -137,11 +136,14 @@ def retry_callback(max_retries: int) -> Any:
         callback = cls(max_retry=max_retries)
 
     def retry(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        kill_points.reached("retry:failed")
         # Optuna copies the failed attempt's user attrs onto the copy: a retry that completes
-        # would still show that attempt's status, reason and stderr tail.
+        # would still show that attempt's status, reason and stderr tail. Its system attrs
+        # too: ours (its heartbeat, its retry mark) belong to that attempt, not to the copy.
         fresh = copy.copy(trial)
         fresh.user_attrs = {}
+        fresh.system_attrs = {
+            k: v for k, v in trial.system_attrs.items() if not k.startswith("dvt_hpo:")
+        }
         callback(study, fresh)
 
     return retry

@@ -30,6 +30,7 @@ from dvt_hpo import (
     run_messages,
     space,
     stop_rules,
+    storage_lock,
     trial_config,
 )
 from dvt_hpo.constraints import feasible
@@ -140,11 +141,13 @@ class StudyRunner:
                 f"{type(exc).__name__}: {first}"
             ) from exc
         self.cache = StudyCache(self.storage, self.study_id, self.study_lock)
-        self.ledger = recovery.Ledger(self.study, self.storage, self.study_id)
+        self.ledger = recovery.Ledger(
+            self.study, self.storage, self.study_id, max_retries=self.spec.trials.max_retries
+        )
         self.config_key = trial_config.store_base(self.storage, self.study_id, self.spec)
         self._reconcile()
         if self.retry_failed:
-            numbers = recovery.retry_failed(self.study)
+            numbers = recovery.retry_failed(self.study, lock=self.retry_lock)
             self.out(
                 f"--retry-failed: trial(s) {', '.join(map(str, numbers))} enqueued again"
                 if numbers
@@ -153,6 +156,21 @@ class StudyRunner:
         return self.study
 
     # -- budget and recovery ------------------------------------------------------------
+    def retry_lock(self) -> contextlib.AbstractContextManager[None]:
+        """The study's lock around enqueuing retries (one copy per failed attempt)."""
+        return storage_lock.retry_lock(self.spec.study.storage, self.study_id)
+
+    def fail_attempt(self, trial_id: int) -> bool:
+        """Record one of our attempts FAIL and have its copy enqueued (see recovery)."""
+        return recovery.fail_attempt(
+            self.study,
+            self.storage,
+            trial_id,
+            retry=True,
+            max_retries=self.spec.trials.max_retries,
+            lock=self.retry_lock,
+        )
+
     def _reconcile(self) -> None:
         with self.study_lock:
             recovery.reconcile(
@@ -161,6 +179,7 @@ class StudyRunner:
                 grace_period_s=self.spec.study.grace_period_s,
                 max_retries=self.spec.trials.max_retries,
                 is_ours=self.running.__contains__,
+                lock=self.retry_lock,
             )
 
     def budget(self) -> recovery.Budget:
@@ -241,6 +260,7 @@ class StudyRunner:
                 and budget.used >= n_trials
                 and not budget.waiting
                 and not budget.foreign_running
+                and not budget.pending
             ):
                 self.out(
                     f"study {spec.study.name!r} ({where}) already has {budget.used}/{n_trials} "
@@ -321,7 +341,9 @@ class StudyRunner:
                 foreign = 0
                 while launching and free_slots:
                     budget = self.budget()
-                    foreign = budget.foreign_running
+                    # A failed attempt whose copy is not enqueued yet (its worker died on the
+                    # way) is waited on like a foreign trial: the sweep enqueues it.
+                    foreign = budget.foreign_running + budget.pending
                     if n_trials is not None and budget.used >= n_trials and not budget.waiting:
                         break
                     slot = free_slots.pop(0)
@@ -375,13 +397,7 @@ class StudyRunner:
         except KeyboardInterrupt:
             # Stopped before it ran: recorded for a retry, as a running trial would be.
             with contextlib.suppress(Exception), self.study_lock:
-                recovery.fail_attempt(
-                    self.study,
-                    self.storage,
-                    trial._trial_id,
-                    retry=True,
-                    max_retries=self.spec.trials.max_retries,
-                )
+                self.fail_attempt(trial._trial_id)
             raise
         except Exception as exc:
             # Nothing runs for this trial: end it with the reason, not RUNNING until stale.
@@ -407,7 +423,10 @@ class StudyRunner:
             recovery.record_heartbeat(self.storage, trial_id)
             kill_points.reached("start:heartbeat")
             retried = recovery.retried_trial_number(self.storage.get_trial(trial_id))
-            if retried is None and self._over_budget(trial.number):
+            # A copy stands in its original's place (the first of its chain): over budget
+            # when that was, e.g. an attempt asked past the budget whose worker was killed
+            # before it could close it.
+            if self._over_budget(trial.number if retried is None else retried):
                 # Storages number trials atomically, so "the first n_trials count" is exact
                 # across workers; the extra one is closed at once and never counted.
                 self.storage.set_trial_system_attr(trial_id, recovery.OVER_BUDGET_ATTR, True)

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dvt_hpo import kill_points, launch, recovery, space
+from dvt_hpo import kill_points, launch, space
 from dvt_hpo.atomic import read_json
 from dvt_hpo.constraints import store_constraints
 from dvt_hpo.control_server import ControlServer
@@ -402,13 +402,7 @@ class TrialRun:
                     "recording",
                 )
             elif outcome.retry:
-                recovery.fail_attempt(
-                    study,
-                    self.loop.storage,
-                    self.trial_id,
-                    retry=True,
-                    max_retries=self.spec.trials.max_retries,
-                )
+                self.loop.fail_attempt(self.trial_id)
             else:
                 self.loop.db(
                     lambda: tell(study, self.trial, state=_state("FAIL"), skip_if_finished=True),
