@@ -459,3 +459,127 @@ def test_the_ledger_reads_only_new_and_unfinished_trials(tmp_path: Path) -> None
     # The one unfinished before, and the one new: not the 30 finished ones again.
     assert sorted(reads) == sorted([running._trial_id, new._trial_id])
     assert ledger.used() == 32
+
+
+def _marked_fail(study: optuna.Study, storage: Any, params: dict[str, float]) -> int:
+    """A FAIL attempt marked for a retry whose copy was never enqueued (its worker died)."""
+    trial = study.ask()
+    for name, value in params.items():
+        trial.suggest_float(name, value, value)
+    assert recovery.fail_attempt(
+        study, storage, trial._trial_id, retry=True, max_retries=3, enqueue=False
+    )
+    return trial.number
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+def test_a_marked_failure_without_its_copy_is_enqueued_once_and_counted_meanwhile(
+    tmp_path: Path,
+) -> None:
+    study, storage = _sqlite_study(tmp_path)
+    number = _marked_fail(study, storage, {"x": 0.25})
+    done = study.ask()
+    study.tell(done, 1.0)
+    ledger = recovery.Ledger(study, storage, storage.get_study_id_from_name("s"), max_retries=3)
+    ledger.refresh()
+    # Counted (its copy will take its place) and pending: a worker waits for it, never leaves.
+    assert ledger.budget(lambda n: False) == recovery.Budget(2, 0, 0, pending=1)
+
+    assert recovery.enqueue_retries(study, max_retries=3, lock=contextlib.nullcontext) == [number]
+    assert recovery.enqueue_retries(study, max_retries=3, lock=contextlib.nullcontext) == []
+    (copy,) = _waiting(study)
+    assert copy.params == {"x": 0.25} and recovery.retry_history(copy) == [number]
+    # The copy is a fresh attempt: the failed one's mark is not carried over.
+    assert recovery.RETRY_ATTR not in copy.system_attrs
+    ledger.refresh()
+    assert ledger.budget(lambda n: False) == recovery.Budget(2, 1, 0, pending=0)
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+def test_no_copy_past_max_retries_and_none_for_a_failure_not_marked(tmp_path: Path) -> None:
+    study, storage = _sqlite_study(tmp_path)
+    plain = study.ask()
+    study.tell(plain, state=optuna.trial.TrialState.FAIL)  # a trainer's error: not retried
+    number = _marked_fail(study, storage, {"x": 0.5})
+    assert recovery.enqueue_retries(study, max_retries=0, lock=contextlib.nullcontext) == []
+    assert recovery.pending_retries(study.get_trials(), 0) == []
+    assert [t.number for t in recovery.pending_retries(study.get_trials(), 1)] == [number]
+
+
+def _enqueue_racer(url: str, name: str, barrier: Any, out: Any) -> None:
+    from dvt_hpo.storage_lock import retry_lock
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = optuna.storages.RDBStorage(url)
+    study = optuna.load_study(study_name=name, storage=storage)
+    study_id = storage.get_study_id_from_name(name)
+    barrier.wait()
+    out.put(recovery.enqueue_retries(study, max_retries=3, lock=lambda: retry_lock(url, study_id)))
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+def test_workers_repairing_at_the_same_instant_enqueue_one_copy(
+    tmp_path: Path, request: pytest.FixtureRequest, unique_name: str, backend: str
+) -> None:
+    import multiprocessing
+
+    url = (
+        f"sqlite:///{tmp_path}/study.db"
+        if backend == "sqlite"
+        else str(request.getfixturevalue("postgres_url"))
+    )
+    storage = optuna.storages.RDBStorage(url)
+    study = optuna.create_study(storage=storage, study_name=unique_name)
+    numbers = [_marked_fail(study, storage, {"x": x}) for x in (0.1, 0.2, 0.3)]
+    context = multiprocessing.get_context("spawn")
+    n_workers = 6
+    barrier, out = context.Barrier(n_workers), context.Queue()
+    racers = [
+        context.Process(target=_enqueue_racer, args=(url, unique_name, barrier, out))
+        for _ in range(n_workers)
+    ]
+    for racer in racers:
+        racer.start()
+    enqueued = [out.get(timeout=EVENT_TIMEOUT_S * 2) for _ in racers]
+    for racer in racers:
+        racer.join(EVENT_TIMEOUT_S)
+        assert racer.exitcode == 0
+    # Each failed attempt got exactly one copy, by whichever worker held the lock first.
+    assert sorted(n for got in enqueued for n in got) == numbers
+    copies = _waiting(study)
+    assert sorted(recovery.retried_trial_number(c) for c in copies) == numbers
+
+
+def test_the_retry_lock_waits_then_times_out_and_a_killed_holder_frees_it(
+    tmp_path: Path,
+) -> None:
+    from dvt_hpo.storage_lock import retry_lock
+
+    url = f"sqlite:///{tmp_path}/study.db"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from dvt_hpo.storage_lock import retry_lock\n"
+            "with retry_lock(sys.argv[1], 1):\n"
+            "    print('held', flush=True); sys.stdin.read()",
+            url,
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=REPO_ROOT,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        with pytest.raises(TimeoutError), retry_lock(url, 1, timeout_s=0.2):
+            pass
+        holder.kill()  # killed while holding it: the kernel releases it
+        holder.wait(EVENT_TIMEOUT_S)
+        with retry_lock(url, 1, timeout_s=EVENT_TIMEOUT_S):
+            pass
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        holder.wait(EVENT_TIMEOUT_S)

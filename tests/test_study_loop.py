@@ -547,6 +547,8 @@ BOOKKEEPING = [
     "dvt_hpo.launch.Launcher.start",
     "dvt_hpo.recovery.record_heartbeat",
     "dvt_hpo.recovery.reconcile",
+    "dvt_hpo.recovery.enqueue_retries",
+    "dvt_hpo.stale.stale_trials",
     "dvt_hpo.recovery.retried_trial_number",
     "dvt_hpo.recovery.Ledger.refresh",
     "dvt_hpo.recovery.Ledger.budget",
