@@ -18,8 +18,9 @@ has exited, the round checks (``tests/lost_nothing.py``):
 - every worker not killed exited 0, within ``--round-timeout-s``;
 - no process is left: no worker, trial process or warm template of the round survives.
 
-Trials sleep ``--trial-s`` (default 0.3 s) on ``benchmarks/noop_entrypoint.py`` so that kills
-land before, during and after trials alike. Prints one row per round and exits 1 if any round
+Trials sleep ``--trial-s`` (default 1 s) on ``benchmarks/noop_entrypoint.py`` and the kills
+land at uniformly random instants within the first ``--kill-window-s`` (default 8 s, about a
+round's length) so that they hit startups, trials, recordings, sweeps and exits alike. Prints one row per round and exits 1 if any round
 lost something. ``--max-retries`` (default 50) is far above what the kills can use up, so an
 exhausted retry chain cannot pass for a loss.
 """
@@ -61,7 +62,8 @@ class Round:
     started: int = 0
     killed: int = 0
     trials: int = 0
-    failed: int = 0
+    failed: int = 0  # FAIL attempts (each must have its copy)
+    over_budget: int = 0  # closed at once: asked past n_trials by a racing worker
     retried: int = 0
     counted: int = 0
     orphans: int = 0
@@ -150,8 +152,9 @@ def run_round(number: int, url: str, args: argparse.Namespace, rng: random.Rando
         killed: set[int] = set()
         result.started = len(workers)
         deadline = began + args.round_timeout_s
-        for _ in range(args.kills):
-            time.sleep(rng.uniform(0.2, args.kill_window_s))  # a random instant, by design
+        # Random instants, by design: during startup, trials, recording, sweeps and exits.
+        for at in sorted(rng.uniform(0.0, args.kill_window_s) for _ in range(args.kills)):
+            time.sleep(max(0.0, began + at - time.monotonic()))
             live = [w for w in workers if w.poll() is None]
             if not live:
                 break
@@ -187,7 +190,11 @@ def run_round(number: int, url: str, args: argparse.Namespace, rng: random.Rando
             return result
         trials = sorted(loaded.get_trials(deepcopy=False), key=lambda t: t.number)
         result.trials = len(trials)
-        result.failed = sum(t.state.name == "FAIL" for t in trials)
+        over = [bool(t.system_attrs.get("dvt_hpo:over_budget")) for t in trials]
+        result.over_budget = sum(over)
+        result.failed = sum(
+            t.state.name == "FAIL" and not o for t, o in zip(trials, over, strict=True)
+        )
         result.retried = sum(bool(t.system_attrs.get("retry_history")) for t in trials)
         superseded = {n for t in trials for n in t.system_attrs.get("retry_history", [])}
         result.counted = sum(
@@ -212,8 +219,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--trials", type=int, default=16)
     parser.add_argument("--kills", type=int, default=3, help="workers SIGKILLed per round")
-    parser.add_argument("--kill-window-s", type=float, default=3.0, help="max gap between kills")
-    parser.add_argument("--trial-s", type=float, default=0.3)
+    parser.add_argument(
+        "--kill-window-s",
+        type=float,
+        default=8.0,
+        help="kills land at random instants within this many seconds of the round's start",
+    )
+    parser.add_argument("--trial-s", type=float, default=1.0, help="each trial's duration")
     parser.add_argument("--grace-s", type=int, default=3)
     parser.add_argument("--max-retries", type=int, default=50)
     parser.add_argument("--round-timeout-s", type=float, default=180.0)
@@ -227,10 +239,11 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(args.seed)
     print(
         f"kill soak: {args.rounds} rounds of {args.workers} workers, {args.trials} trials, "
-        f"{args.kills} SIGKILLs per round (seed {args.seed}) on {redact_url(args.postgres)}"
+        f"{args.kills} SIGKILLs per round within {args.kill_window_s:g} s, trials of "
+        f"{args.trial_s:g} s (seed {args.seed}) on {redact_url(args.postgres)}"
     )
     header = (
-        f"{'round':>5} {'started':>7} {'killed':>6} {'trials':>6} {'FAIL':>4} "
+        f"{'round':>5} {'started':>7} {'killed':>6} {'trials':>6} {'FAIL':>4} {'over':>4} "
         f"{'retries':>7} {'counted':>7} {'orphans':>7} {'seconds':>7}  result"
     )
     print(header)
@@ -240,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         rounds.append(r)
         print(
             f"{r.number:>5} {r.started:>7} {r.killed:>6} {r.trials:>6} {r.failed:>4} "
+            f"{r.over_budget:>4} "
             f"{r.retried:>7} {r.counted:>7} {r.orphans:>7} {r.seconds:>7.1f}  "
             + ("ok" if not r.problems else "LOST: " + "; ".join(r.problems)),
             flush=True,
