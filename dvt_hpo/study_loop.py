@@ -419,7 +419,8 @@ class StudyRunner:
                 self._reseeded = True
                 self.study.sampler = reseeded_sampler(self.spec, trial.number)
             self.storage.set_trial_system_attr(trial_id, trial_config.TRIAL_ATTR, self.config_key)
-            # A RUNNING trial without a heartbeat is never found stale: record one at once.
+            # Until its first heartbeat only its start time tells other workers it is alive
+            # (dvt_hpo.stale): record one at once.
             recovery.record_heartbeat(self.storage, trial_id)
             kill_points.reached("start:heartbeat")
             retried = recovery.retried_trial_number(self.storage.get_trial(trial_id))
