@@ -552,6 +552,7 @@ def test_workers_repairing_at_the_same_instant_enqueue_one_copy(
     assert sorted(recovery.retried_trial_number(c) for c in copies) == numbers
 
 
+@pytest.mark.processes
 def test_the_retry_lock_waits_then_times_out_and_a_killed_holder_frees_it(
     tmp_path: Path,
 ) -> None:
