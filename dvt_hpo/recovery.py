@@ -178,7 +178,11 @@ def reconcile(
         fail_attempt(
             study, storage, trial._trial_id, retry=retry, max_retries=max_retries, enqueue=False
         )
-    enqueue_retries(study, max_retries=max_retries, lock=lock)
+    try:
+        enqueue_retries(study, max_retries=max_retries, lock=lock)
+    except TimeoutError:
+        # Another worker holds the retry lock (and enqueues): the next sweep looks again.
+        _log.debug("retry lock busy; enqueuing left to the next sweep", exc_info=True)
 
 
 def heartbeat_ages(storage: Any, trials: list[optuna.trial.FrozenTrial]) -> dict[int, float]:
