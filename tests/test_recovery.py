@@ -25,6 +25,7 @@ import pytest
 from dvt_hpo import process_tree, recovery
 from dvt_hpo.spec import load_spec
 from tests.conftest import REPO_ROOT, TOY_ENTRYPOINT, toy_study
+from tests.test_stale import beat_ago, started_ago
 
 # Every wait on the orchestrator or a trial is bounded by this (a hang fails, never blocks).
 EVENT_TIMEOUT_S = 30.0
@@ -584,3 +585,36 @@ def test_the_retry_lock_waits_then_times_out_and_a_killed_holder_frees_it(
         if holder.poll() is None:
             holder.kill()
         holder.wait(EVENT_TIMEOUT_S)
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage")
+def test_the_sweep_retries_a_dead_workers_trials_but_closes_one_marked_over_budget(
+    tmp_path: Path,
+) -> None:
+    storage = optuna.storages.RDBStorage(
+        f"sqlite:///{tmp_path / 'study.db'}", heartbeat_interval=1, grace_period=1
+    )
+    study = optuna.create_study(storage=storage, study_name="s")
+    dead = study.ask()  # its worker died before its first heartbeat
+    dead.suggest_float("x", 0.0, 1.0)
+    over = study.ask()  # its worker died after marking it over budget, before the FAIL
+    storage.set_trial_system_attr(over._trial_id, recovery.OVER_BUDGET_ATTR, True)
+    alive = study.ask()  # the sweeping worker's own
+    started_ago(storage, dead._trial_id, 10)  # no heartbeat: its start stands in
+    beat_ago(storage, over._trial_id, 10)
+    beat_ago(storage, alive._trial_id, 10)  # stale-looking, but the sweeper's own
+    recovery.reconcile(
+        study,
+        storage,
+        grace_period_s=1,
+        max_retries=2,
+        is_ours=lambda n: n == alive.number,
+        lock=contextlib.nullcontext,
+    )
+    by_number = {t.number: t for t in study.get_trials()}
+    assert by_number[dead.number].state.name == "FAIL"
+    assert by_number[over.number].state.name == "FAIL"
+    assert by_number[alive.number].state.name == "RUNNING"
+    (copy,) = _waiting(study)
+    assert copy.params == dead.params and recovery.retry_history(copy) == [dead.number]

@@ -25,7 +25,8 @@ def _study(tmp_path: Path) -> tuple[optuna.Study, optuna.storages.RDBStorage]:
     return optuna.create_study(storage=storage, study_name="s"), storage
 
 
-def _started(storage: optuna.storages.RDBStorage, trial_id: int, ago_s: float) -> None:
+def started_ago(storage: optuna.storages.RDBStorage, trial_id: int, ago_s: float) -> None:
+    """Back-date the trial's start by ``ago_s`` (the asking worker's clock, as Optuna's)."""
     from optuna.storages._rdb import models
 
     with storage.engine.begin() as conn:
@@ -36,7 +37,8 @@ def _started(storage: optuna.storages.RDBStorage, trial_id: int, ago_s: float) -
         )
 
 
-def _beat(storage: optuna.storages.RDBStorage, trial_id: int, ago_s: float) -> None:
+def beat_ago(storage: optuna.storages.RDBStorage, trial_id: int, ago_s: float) -> None:
+    """Record the trial's heartbeat as if ``ago_s`` ago."""
     from optuna.storages._rdb import models
 
     storage.record_heartbeat(trial_id)
@@ -56,8 +58,8 @@ def test_a_trial_without_a_heartbeat_is_stale_once_its_start_is_older_than_the_g
 ) -> None:
     study, storage = _study(tmp_path)
     old, young = study.ask(), study.ask()
-    _started(storage, old._trial_id, 10)
-    _started(storage, young._trial_id, 0.5)
+    started_ago(storage, old._trial_id, 10)
+    started_ago(storage, young._trial_id, 0.5)
     found = stale.stale_trials(study, storage, grace_period_s=2)
     assert [t.number for t in found] == [old.number]
 
@@ -66,9 +68,9 @@ def test_a_heartbeat_decides_whatever_the_start_time(tmp_path: Path) -> None:
     study, storage = _study(tmp_path)
     alive, dead = study.ask(), study.ask()
     for trial in (alive, dead):
-        _started(storage, trial._trial_id, 3600)  # long-running trials
-    _beat(storage, alive._trial_id, 0)
-    _beat(storage, dead._trial_id, 10)
+        started_ago(storage, trial._trial_id, 3600)  # long-running trials
+    beat_ago(storage, alive._trial_id, 0)
+    beat_ago(storage, dead._trial_id, 10)
     found = stale.stale_trials(study, storage, grace_period_s=2)
     assert [t.number for t in found] == [dead.number]
     assert set(stale.heartbeat_ages(storage, study.get_trials())) == {0, 1}
