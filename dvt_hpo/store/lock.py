@@ -14,6 +14,11 @@ lock, so the first creates and the others find everything in place:
   several machines share out of a network disk (use PostgreSQL);
 - other SQLAlchemy dialects: no lock; :func:`retry_creation_race` retries the specific
   "already exists" and duplicate-key errors a bounded number of times.
+
+:func:`retry_lock` is the same kind of lock, one per study, around enqueuing the copies of
+failed attempts (:func:`dvt_hpo.study.recovery.enqueue_retries`): whoever holds it sees every copy
+enqueued before, so a copy is enqueued once however many workers repair at the same instant,
+and a holder killed halfway leaves the lock to the next one.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -35,6 +41,10 @@ T = TypeVar("T")
 ADVISORY_KEY = int.from_bytes(hashlib.sha256(b"dvt-hpo:create").digest()[:8], "big", signed=True)
 # How long a worker waits for another one to finish creating the schema and the study.
 LOCK_TIMEOUT_S = 120
+# How long a worker waits for another one to enqueue retries before leaving it to its next
+# sweep (the failed attempts are marked, so nothing is lost by waiting).
+RETRY_LOCK_TIMEOUT_S = 10
+_KEEPALIVE = {"tcp_keepalives_idle": 10, "tcp_keepalives_interval": 5, "tcp_keepalives_count": 3}
 _CREATION_RACE_TRIES = 5
 _RACE_WORDS = ("already exists", "duplicate", "unique constraint")
 
@@ -62,19 +72,58 @@ def creation_lock(url: str, *, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[No
 
 
 @contextlib.contextmanager
-def folder_lock(folder: Path) -> Iterator[None]:
-    """An exclusive ``flock`` on ``folder`` (created if missing)."""
+def retry_lock(
+    url: str, study_id: int, *, timeout_s: float = RETRY_LOCK_TIMEOUT_S
+) -> Iterator[None]:
+    """Hold the retry lock of study ``study_id`` at ``url`` (see the module docstring); raises
+    TimeoutError when another worker holds it for longer than ``timeout_s``."""
+    kind = storage_kind(url)
+    if kind in ("sqlite", "journal"):
+        path = sqlite_path(url) or journal_path(url)
+        if path is None:  # sqlite in memory: one process only
+            yield
+            return
+        # One lock for the folder's studies: repairs are rare and take milliseconds.
+        with folder_lock(path.parent, timeout_s=timeout_s):
+            yield
+    elif kind == "postgresql":
+        key = int.from_bytes(
+            hashlib.sha256(f"dvt-hpo:retry:{study_id}".encode()).digest()[:8], "big", signed=True
+        )
+        with _advisory_lock(url, timeout_s, key=key, keepalive=True):
+            yield
+    else:
+        yield
+
+
+@contextlib.contextmanager
+def folder_lock(folder: Path, *, timeout_s: float | None = None) -> Iterator[None]:
+    """An exclusive ``flock`` on ``folder`` (created if missing); with ``timeout_s``,
+    TimeoutError when it is not free within that time."""
     folder.mkdir(parents=True, exist_ok=True)
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        if timeout_s is None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        else:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise TimeoutError(f"{folder} stayed locked for {timeout_s:g} s") from None
+                    time.sleep(0.02)  # flock has no timed wait; holders keep it milliseconds
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock
 
 
 @contextlib.contextmanager
-def _advisory_lock(url: str, timeout_s: float) -> Iterator[None]:
+def _advisory_lock(
+    url: str, timeout_s: float, *, key: int = ADVISORY_KEY, keepalive: bool = False
+) -> Iterator[None]:
     import sqlalchemy
     from sqlalchemy.pool import NullPool
 
@@ -83,15 +132,24 @@ def _advisory_lock(url: str, timeout_s: float) -> Iterator[None]:
         with engine.connect() as conn:
             # lock_timeout bounds the wait for the advisory lock too; SET takes no parameters.
             conn.execute(sqlalchemy.text(f"SET lock_timeout = {int(timeout_s * 1000)}"))
-            conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": ADVISORY_KEY})
+            if keepalive:
+                # The server frees a session's advisory lock when the session ends: when its
+                # process dies, at once; when its machine is lost, only once TCP keepalive
+                # gives up (2 h by default). These make that about 25 s.
+                for name, value in _KEEPALIVE.items():
+                    conn.execute(sqlalchemy.text(f"SET {name} = {value}"))
+            try:
+                conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": key})
+            except sqlalchemy.exc.OperationalError as exc:
+                if "lock timeout" in str(exc).lower():
+                    raise TimeoutError(f"advisory lock busy for {timeout_s:g} s") from exc
+                raise
             conn.commit()  # a session-level lock outlives the transaction; end it
             try:
                 yield
             finally:
                 with contextlib.suppress(Exception):  # a lost connection released it already
-                    conn.execute(
-                        sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), {"key": ADVISORY_KEY}
-                    )
+                    conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), {"key": key})
                     conn.commit()
     finally:
         engine.dispose()

@@ -135,9 +135,13 @@ def retry_callback(max_retries: int) -> Any:
 
     def retry(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         # Optuna copies the failed attempt's user attrs onto the copy: a retry that completes
-        # would still show that attempt's status, reason and stderr tail.
+        # would still show that attempt's status, reason and stderr tail. Its system attrs
+        # too: ours (its heartbeat, its retry mark) belong to that attempt, not to the copy.
         fresh = copy.copy(trial)
         fresh.user_attrs = {}
+        fresh.system_attrs = {
+            k: v for k, v in trial.system_attrs.items() if not k.startswith("dvt_hpo:")
+        }
         callback(study, fresh)
 
     return retry

@@ -13,8 +13,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from dvt_hpo.study.constraints import constraints_of, is_feasible, violation
+from dvt_hpo.study.events import StudyEnded
 
-__all__ = ["Best", "no_feasible_message", "pareto_front", "select_best", "violations"]
+__all__ = [
+    "Best",
+    "no_feasible_message",
+    "pareto_front",
+    "select_best",
+    "study_ended",
+    "violations",
+]
 
 
 @dataclass(frozen=True)
@@ -68,6 +76,20 @@ def select_best(trials: Sequence[Any], directions: Sequence[str]) -> Best:
         best = min(feasible, key=lambda t: (sign * t.values[0], t.number))
         return Best((best,), len(complete))
     return Best(tuple(pareto_front(feasible, directions)), len(complete))
+
+
+def study_ended(trials: Sequence[Any], directions: Sequence[str], exit_code: int) -> StudyEnded:
+    """What observers hear when a run ends: trials done (complete or pruned), and the best
+    trial (one objective) or the feasible front's numbers (several)."""
+    done = [t for t in trials if t.state.name in ("COMPLETE", "PRUNED")]
+    best = select_best([t for t in trials if t.state.name == "COMPLETE"], directions)
+    if len(directions) > 1:
+        front = tuple(t.number for t in best.trials)
+        return StudyEnded(len(done), None, None, None, exit_code, front)
+    if not best.trials:
+        return StudyEnded(len(done), None, None, None, exit_code)
+    top = best.trials[0]
+    return StudyEnded(len(done), top.value, dict(top.params), top.number, exit_code)
 
 
 def no_feasible_message(best: Best, study: str, constraints: Sequence[str] = ()) -> str:

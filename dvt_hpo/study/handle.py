@@ -36,9 +36,10 @@ class Retrying(Protocol):
 class StudyHandle:
     """The open study as a trial's run sees it.
 
-    ``lock`` serialises every storage call of this orchestrator (Optuna's storages are not
-    thread-safe across trials' threads); ``db`` retries a call through outages; ``finished``
-    takes the trial's outcome (the loop's event queue).
+        ``lock`` serialises every storage call of this orchestrator (Optuna's storages are not
+        thread-safe across trials' threads); ``db`` retries a call through outages; ``finished``
+        takes the trial's outcome (the loop's event queue); ``fail_attempt`` records a trial FAIL for a
+    retry, exactly once whoever repairs it (:func:`dvt_hpo.study.recovery.fail_attempt`).
     """
 
     spec: StudySpec
@@ -51,6 +52,7 @@ class StudyHandle:
     launcher: Launcher
     child_env: Mapping[str, str]
     finished: Callable[[TrialOutcome], None]
+    fail_attempt: Callable[[int], bool]  # FAIL one of our attempts and have its copy enqueued
 
 
 __all__ = ["Retrying", "StudyHandle"]

@@ -6,9 +6,9 @@ orchestrator never imports torch: trials run in their own processes.
 
 What has no run state lives elsewhere: stopping rules in :mod:`dvt_hpo.study.stop_rules`, printed
 wording in :mod:`dvt_hpo.study.messages`, a trial's config in :mod:`dvt_hpo.store.trial_config`,
-recovery and the budget in :mod:`dvt_hpo.study.recovery`. This module stays one class (about 500
-lines) because every method left shares the run's state: the study lock, the running trials,
-the ledger and the event queue.
+recovery and the budget in :mod:`dvt_hpo.study.recovery`, the study's end as an event in
+:mod:`dvt_hpo.study.front`. This module stays one class because every method left shares the
+run's state: the study lock, the running trials, the ledger and the event queue.
 """
 
 from __future__ import annotations
@@ -27,11 +27,12 @@ from dvt_hpo.batch.cache import StudyCache
 from dvt_hpo.exceptions import DvtHpoError, StudyStopped
 from dvt_hpo.process import devices, launch
 from dvt_hpo.process.import_path import child_pythonpath
+from dvt_hpo.store import lock as storage_lock
 from dvt_hpo.store import trial_config
 from dvt_hpo.store.errors import with_retry
 from dvt_hpo.store.redact import redact_url
+from dvt_hpo.study import kill_points, recovery, space, stop_rules
 from dvt_hpo.study import messages as run_messages
-from dvt_hpo.study import recovery, space, stop_rules
 from dvt_hpo.study.constraints import feasible
 from dvt_hpo.study.events import (
     StudyEnded,
@@ -40,7 +41,7 @@ from dvt_hpo.study.events import (
     TrialFinished,
     TrialStarted,
 )
-from dvt_hpo.study.front import Best, select_best
+from dvt_hpo.study.front import select_best, study_ended
 from dvt_hpo.study.handle import StudyHandle
 from dvt_hpo.study.observers import Observers, study_observers
 from dvt_hpo.study.outcome import TrialOutcome
@@ -150,12 +151,15 @@ class StudyRunner:
             launcher=self.launcher,
             child_env=self.child_env,
             finished=self.events.put,
+            fail_attempt=self.fail_attempt,
         )
-        self.ledger = recovery.Ledger(self.study, self.storage, self.study_id)
+        self.ledger = recovery.Ledger(
+            self.study, self.storage, self.study_id, max_retries=self.spec.trials.max_retries
+        )
         self.config_key = trial_config.store_base(self.storage, self.study_id, self.spec)
         self._reconcile()
         if self.retry_failed:
-            numbers = recovery.retry_failed(self.study)
+            numbers = recovery.retry_failed(self.study, lock=self.retry_lock)
             self.out(
                 f"--retry-failed: trial(s) {', '.join(map(str, numbers))} enqueued again"
                 if numbers
@@ -164,6 +168,21 @@ class StudyRunner:
         return self.study
 
     # -- budget and recovery ------------------------------------------------------------
+    def retry_lock(self) -> contextlib.AbstractContextManager[None]:
+        """The study's lock around enqueuing retries (one copy per failed attempt)."""
+        return storage_lock.retry_lock(self.spec.study.storage, self.study_id)
+
+    def fail_attempt(self, trial_id: int) -> bool:
+        """Record one of our attempts FAIL and have its copy enqueued (see recovery)."""
+        return recovery.fail_attempt(
+            self.study,
+            self.storage,
+            trial_id,
+            retry=True,
+            max_retries=self.spec.trials.max_retries,
+            lock=self.retry_lock,
+        )
+
     def _reconcile(self) -> None:
         with self.study_lock:
             recovery.reconcile(
@@ -172,6 +191,7 @@ class StudyRunner:
                 grace_period_s=self.spec.study.grace_period_s,
                 max_retries=self.spec.trials.max_retries,
                 is_ours=self.running.__contains__,
+                lock=self.retry_lock,
             )
 
     def budget(self) -> recovery.Budget:
@@ -252,6 +272,7 @@ class StudyRunner:
                 and budget.used >= n_trials
                 and not budget.waiting
                 and not budget.foreign_running
+                and not budget.pending
             ):
                 self.out(
                     f"study {spec.study.name!r} ({where}) already has {budget.used}/{n_trials} "
@@ -340,7 +361,9 @@ class StudyRunner:
                 foreign = 0
                 while launching and free_slots:
                     budget = self.budget()
-                    foreign = budget.foreign_running
+                    # A failed attempt whose copy is not enqueued yet (its worker died on the
+                    # way) is waited on like a foreign trial: the sweep enqueues it.
+                    foreign = budget.foreign_running + budget.pending
                     if n_trials is not None and budget.used >= n_trials and not budget.waiting:
                         break
                     slot = free_slots.pop(0)
@@ -388,18 +411,13 @@ class StudyRunner:
         to be used up by another worker between our count and our ask."""
         with self.study_lock:
             trial = self.db(self.study.ask, "asking for a trial")
+        kill_points.reached("ask")
         try:
             return self._start(trial, slot)
         except KeyboardInterrupt:
             # Stopped before it ran: recorded for a retry, as a running trial would be.
             with contextlib.suppress(Exception), self.study_lock:
-                recovery.fail_attempt(
-                    self.study,
-                    self.storage,
-                    trial._trial_id,
-                    retry=True,
-                    max_retries=self.spec.trials.max_retries,
-                )
+                self.fail_attempt(trial._trial_id)
             raise
         except Exception as exc:
             # Nothing runs for this trial: end it with the reason, not RUNNING until stale.
@@ -421,10 +439,15 @@ class StudyRunner:
                 self._reseeded = True
                 self.study.sampler = reseeded_sampler(self.spec, trial.number)
             self.storage.set_trial_system_attr(trial_id, trial_config.TRIAL_ATTR, self.config_key)
-            # A RUNNING trial without a heartbeat is never found stale: record one at once.
+            # Until its first heartbeat only its start time tells other workers it is alive
+            # (dvt_hpo.study.stale): record one at once.
             recovery.record_heartbeat(self.storage, trial_id)
+            kill_points.reached("start:heartbeat")
             retried = recovery.retried_trial_number(self.storage.get_trial(trial_id))
-            if retried is None and self._over_budget(trial.number):
+            # A copy stands in its original's place (the first of its chain): over budget
+            # when that was, e.g. an attempt asked past the budget whose worker was killed
+            # before it could close it.
+            if self._over_budget(trial.number if retried is None else retried):
                 # Storages number trials atomically, so "the first n_trials count" is exact
                 # across workers; the extra one is closed at once and never counted.
                 self.storage.set_trial_system_attr(trial_id, recovery.OVER_BUDGET_ATTR, True)
@@ -435,6 +458,7 @@ class StudyRunner:
                 tell(self.study, trial, state=recovery.trial_state("FAIL"))
                 return False
             params = space.sample(trial, spec.search_space)
+        kill_points.reached("start:params")
         config = trial_config.trial_run_config(spec, params, trial.number)
         run = TrialRun(self.handle, trial, params, config, slot)
         attrs = self.observers.trial_started(
@@ -518,28 +542,13 @@ class StudyRunner:
         states = (recovery.trial_state("COMPLETE"), recovery.trial_state("PRUNED"))
         return len(self.study.get_trials(deepcopy=False, states=states))
 
-    def _best(self) -> Best:
-        return select_best(
-            self.study.get_trials(deepcopy=False, states=(recovery.trial_state("COMPLETE"),)),
-            self.spec.objective.directions,
-        )
-
     def _study_ended(self, exit_code: int) -> None:
-        best_value = best_params = best_number = None
-        front: tuple[int, ...] = ()
-        with contextlib.suppress(Exception):
-            best = self._best()
-            if self.spec.objective.is_multi:
-                front = tuple(t.number for t in best.trials)
-            elif best.trials:
-                top = best.trials[0]
-                best_value, best_params, best_number = top.value, dict(top.params), top.number
-        n_done = 0
-        with contextlib.suppress(Exception):
-            n_done = self._n_done()
-        self.observers.study_ended(
-            StudyEnded(n_done, best_value, best_params, best_number, exit_code, front)
-        )
+        event = StudyEnded(0, None, None, None, exit_code)
+        with contextlib.suppress(Exception):  # the database may be why the run ends
+            event = study_ended(
+                self.study.get_trials(deepcopy=False), self.spec.objective.directions, exit_code
+            )
+        self.observers.study_ended(event)
 
     def print_summary(self) -> None:
         trials = self.study.get_trials(deepcopy=False)

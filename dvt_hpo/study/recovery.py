@@ -1,24 +1,35 @@
 """Crash recovery, retries and the study's budget, shared by every worker through the storage.
 
-- A failed attempt is retried at most once, whoever notices the failure first:
-  :func:`fail_attempt` moves the trial to FAIL only if it is not finished yet (the storage
-  refuses to update a finished trial, atomically), and only the worker whose update went
-  through enqueues the WAITING copy. Two workers that both see the same trial die (one by its
-  Ctrl-C, one by the stale heartbeat) therefore leave one copy, not two.
-- :func:`reconcile` fails the RUNNING trials whose heartbeat went stale (their orchestrator
-  died) and re-enqueues them, through Optuna's own ``fail_stale_trials`` where the storage has
-  heartbeats, and the same rule on a trial attr for journal files.
+A worker may be killed at any instant (docs/recovery.md goes through every step); what it
+leaves is repaired by any live worker's sweep or by the next ``run``, exactly once:
+
+- A failed attempt is retried by exactly one copy, whoever notices the failure first and
+  whoever dies on the way. :func:`fail_attempt` first marks the attempt (system attr
+  :data:`RETRY_ATTR`, its own number) while it is still RUNNING, then moves it to FAIL (the
+  storage refuses to update a finished trial, atomically, so one worker's FAIL goes through),
+  then :func:`enqueue_retries` enqueues the WAITING copy of every marked FAIL that has none,
+  under the study's retry lock (:func:`dvt_hpo.store.lock.retry_lock`): whoever holds it
+  sees the copies enqueued before, and a worker killed anywhere on the way leaves either a
+  RUNNING trial (failed again as stale) or a marked FAIL (enqueued by the next sweep).
+- :func:`reconcile` is that sweep: it fails the RUNNING trials of dead workers
+  (:func:`dvt_hpo.study.stale.stale_trials`: heartbeat older than the grace period, or no heartbeat
+  at all and started longer ago than that) and enqueues every copy still missing.
 - :class:`Ledger` counts the budget (``study.n_trials``) without loading every trial on each
   launch: finished trials never change, so each is read once; only unfinished ones are read
-  again.
+  again. A marked FAIL still waiting for its copy counts (its copy will take its place), and
+  is work left to do: a worker does not leave while there is one.
 
 Retry chains are read through Optuna's public ``RetryHeartbeatStaleTrialCallback``
-``retried_trial_number`` / ``retry_history``.
+``retried_trial_number`` / ``retry_history``; copies are made by that callback too. Optuna's
+``fail_stale_trials`` is not used: it skips RUNNING trials without a heartbeat row, and it
+commits FAIL and calls the retry callback afterwards without leaving a mark, so a sweeper
+killed in between left a FAIL nobody retried.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -26,12 +37,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.store.storage import retry_callback, supports_heartbeat
+from dvt_hpo.study import kill_points, stale
 
 if TYPE_CHECKING:
     import optuna
 
-HEARTBEAT_ATTR = "dvt_hpo:heartbeat"  # journal storages: the trial's last heartbeat (time.time)
+# A context manager factory: the study's retry lock (dvt_hpo.store.lock.retry_lock).
+Lock = Callable[[], contextlib.AbstractContextManager[Any]]
+
+HEARTBEAT_ATTR = stale.HEARTBEAT_ATTR  # journal storages: the trial's last heartbeat
 OVER_BUDGET_ATTR = "dvt_hpo:over_budget"  # closed at once: asked past the budget by a race
+# Set on an attempt, to its own number, before it is failed for a retry. The number (not True)
+# because Optuna's retry callback copies system attrs onto the copy: a copy never matches.
+RETRY_ATTR = "dvt_hpo:retry"
+_log = logging.getLogger(__name__)
 
 
 def trial_state(name: str) -> Any:
@@ -67,22 +86,72 @@ def _quiet() -> Iterator[None]:
 
 
 def fail_attempt(
-    study: optuna.Study, storage: Any, trial_id: int, *, retry: bool, max_retries: int
+    study: optuna.Study,
+    storage: Any,
+    trial_id: int,
+    *,
+    retry: bool,
+    max_retries: int,
+    lock: Lock = contextlib.nullcontext,
+    enqueue: bool = True,
 ) -> bool:
-    """Record the attempt FAIL and, when ``retry``, enqueue one WAITING copy of its params.
+    """Record the attempt FAIL and, when ``retry``, have one WAITING copy of its params
+    enqueued (at once when ``enqueue``, else by the caller's :func:`enqueue_retries`).
 
-    False when the trial was already finished (another worker failed it as stale, and that
-    worker enqueued the copy): then nothing is written here.
+    False when the trial was already finished (another worker failed it as stale, and the
+    copy is that worker's to enqueue): then nothing is written here.
     """
     import optuna
 
     try:
+        if retry:
+            number = storage.get_trial_number_from_id(trial_id)
+            storage.set_trial_system_attr(trial_id, RETRY_ATTR, number)
+            kill_points.reached("retry:marked")
         failed = storage.set_trial_state_values(trial_id, trial_state("FAIL"))
     except optuna.exceptions.UpdateFinishedTrialError:
         return False
     if failed and retry:
-        retry_callback(max_retries)(study, storage.get_trial(trial_id))
+        kill_points.reached("retry:failed")
+        if enqueue:
+            try:
+                enqueue_retries(study, max_retries=max_retries, lock=lock)
+            except Exception:  # noqa: BLE001 - the mark keeps it for the next sweep
+                _log.debug("enqueuing retries deferred to the next sweep", exc_info=True)
     return bool(failed)
+
+
+def pending_retries(
+    trials: list[optuna.trial.FrozenTrial], max_retries: int
+) -> list[optuna.trial.FrozenTrial]:
+    """The attempts failed for a retry whose copy is not enqueued yet (within
+    ``max_retries`` copies per original trial, as Optuna's callback counts them)."""
+    superseded = {n for t in trials for n in retry_history(t)}
+    return [
+        t
+        for t in trials
+        if t.state.name == "FAIL"
+        and t.system_attrs.get(RETRY_ATTR) == t.number
+        and t.number not in superseded
+        and len(retry_history(t)) < max_retries
+    ]
+
+
+def enqueue_retries(study: optuna.Study, *, max_retries: int, lock: Lock) -> list[int]:
+    """Enqueue the copy of every attempt failed for a retry that has none, each exactly once
+    whoever else does the same at the same instant; the numbers of the attempts enqueued."""
+    if not pending_retries(study.get_trials(deepcopy=False), max_retries):
+        return []
+    with lock():
+        kill_points.reached("retry:locked")
+        # Read again under the lock: the copies enqueued by the previous holder are visible.
+        pending = pending_retries(study.get_trials(deepcopy=False), max_retries)
+        retry = retry_callback(max_retries)
+        for trial in pending:
+            retry(study, trial)
+        if pending:
+            kill_points.reached("retry:enqueued")
+    return [t.number for t in pending]
 
 
 def record_heartbeat(storage: Any, trial_id: int) -> None:
@@ -99,72 +168,48 @@ def reconcile(
     grace_period_s: float,
     max_retries: int,
     is_ours: Callable[[int], bool],
+    lock: Lock = contextlib.nullcontext,
 ) -> None:
-    """Fail trials whose orchestrator died (stale heartbeat) and re-enqueue their params."""
-    import optuna
-
-    if supports_heartbeat(storage):
-        optuna.storages.fail_stale_trials(study)
-        return
-    now = time.time()
-    for t in study.get_trials(deepcopy=False, states=(trial_state("RUNNING"),)):
-        if is_ours(t.number):
+    """The sweep: fail the trials of dead workers (stale, or never given a heartbeat) for a
+    retry, and enqueue every copy still missing (also those a killed worker left)."""
+    for trial in stale.stale_trials(study, storage, grace_period_s=grace_period_s):
+        if is_ours(trial.number):
             continue
-        beat = t.system_attrs.get(HEARTBEAT_ATTR)
-        if beat is None and t.datetime_start is not None:
-            beat = t.datetime_start.timestamp()
-        if beat is None or now - float(beat) <= grace_period_s:
-            continue
-        fail_attempt(study, storage, t._trial_id, retry=True, max_retries=max_retries)
+        # Closed as over budget but killed before the FAIL: closed, not retried.
+        retry = not trial.system_attrs.get(OVER_BUDGET_ATTR)
+        fail_attempt(
+            study, storage, trial._trial_id, retry=retry, max_retries=max_retries, enqueue=False
+        )
+    try:
+        enqueue_retries(study, max_retries=max_retries, lock=lock)
+    except TimeoutError:
+        # Another worker holds the retry lock (and enqueues): the next sweep looks again.
+        _log.debug("retry lock busy; enqueuing left to the next sweep", exc_info=True)
 
 
 def heartbeat_ages(storage: Any, trials: list[optuna.trial.FrozenTrial]) -> dict[int, float]:
     """Seconds since each trial's last heartbeat, by trial number, as the stale rule sees them
     (the database's clock for RDB storages); trials without one are left out. Best effort:
     this only informs the "waiting for" line, so a storage it cannot read gives ``{}``."""
-    if not trials:
-        return {}
-    if not supports_heartbeat(storage):
-        now = time.time()
-        ages: dict[int, float] = {}
-        for t in trials:
-            beat = t.system_attrs.get(HEARTBEAT_ATTR)
-            if beat is None and t.datetime_start is not None:
-                beat = t.datetime_start.timestamp()
-            if beat is not None:
-                ages[t.number] = max(0.0, now - float(beat))
-        return ages
     try:
-        import sqlalchemy
-        from optuna.storages._rdb import models  # no public reader of heartbeats
-
-        by_id = {t._trial_id: t.number for t in trials}
-        model = models.TrialHeartbeatModel
-        query = sqlalchemy.select(model.trial_id, model.heartbeat, sqlalchemy.func.now()).where(
-            model.trial_id.in_(list(by_id))
-        )
-        with storage.engine.connect() as conn:
-            rows = conn.execute(query).all()
-        return {
-            by_id[trial_id]: max(0.0, (now.replace(tzinfo=None) - beat).total_seconds())
-            for trial_id, beat, now in rows
-        }
+        return stale.heartbeat_ages(storage, trials)
     except Exception:  # noqa: BLE001 - informative only
         return {}
 
 
-def retry_failed(study: optuna.Study) -> list[int]:
+def retry_failed(study: optuna.Study, *, lock: Lock = contextlib.nullcontext) -> list[int]:
     """``run --retry-failed``: enqueue each failed trial's params once more, as Optuna's retry
     callback does for a stale trial, so the copy supersedes the failure in the budget (counted
     within ``study.n_trials``). Trials already retried and those closed as over budget are
     skipped. Returns the numbers of the failed trials enqueued again."""
-    trials = study.get_trials(deepcopy=False)
-    by_number = {t.number: t for t in trials}
-    numbers = failed_not_retried(trials)
-    # No cap on the chain here: the user asked for these retries by name.
-    retry = retry_callback(len(trials) + 1)
-    for number in numbers:
-        retry(study, by_number[number])
+    with lock():  # as enqueue_retries: a sweep at the same instant must not enqueue it too
+        trials = study.get_trials(deepcopy=False)
+        by_number = {t.number: t for t in trials}
+        numbers = failed_not_retried(trials)
+        # No cap on the chain here: the user asked for these retries by name.
+        retry = retry_callback(len(trials) + 1)
+        for number in numbers:
+            retry(study, by_number[number])
     return numbers
 
 
@@ -187,6 +232,8 @@ class _Entry:
     trial_id: int
     state: str
     over_budget: bool
+    retry: bool = False  # failed (or being failed) for a retry: RETRY_ATTR is its number
+    chain: int = 0  # copies before it in its retry chain
 
 
 @dataclass(frozen=True)
@@ -194,6 +241,9 @@ class Budget:
     used: int  # trials that count towards study.n_trials
     waiting: int  # enqueued retries (counted already; run even when the budget is used up)
     foreign_running: int  # RUNNING trials of other workers (or of a dead one, not stale yet)
+    # Attempts failed for a retry whose copy is not enqueued yet (counted in ``used``: the
+    # copy takes their place); the sweep enqueues them, so they are work left to do.
+    pending: int = 0
 
 
 class Ledger:
@@ -204,8 +254,11 @@ class Ledger:
     by asking for the next number until the storage has none.
     """
 
-    def __init__(self, study: optuna.Study, storage: Any, study_id: int) -> None:
+    def __init__(
+        self, study: optuna.Study, storage: Any, study_id: int, *, max_retries: int = 0
+    ) -> None:
         self._study = study
+        self._max_retries = max_retries
         self._storage = storage
         self._study_id = study_id
         self._entries: dict[int, _Entry] = {}
@@ -231,7 +284,13 @@ class Ledger:
     def _read(self, number: int, trial_id: int) -> None:
         trial = self._storage.get_trial(trial_id)
         state = trial.state.name
-        entry = _Entry(trial_id, state, bool(trial.system_attrs.get(OVER_BUDGET_ATTR)))
+        entry = _Entry(
+            trial_id,
+            state,
+            bool(trial.system_attrs.get(OVER_BUDGET_ATTR)),
+            retry=trial.system_attrs.get(RETRY_ATTR) == number,
+            chain=len(retry_history(trial)),
+        )
         if number not in self._entries:
             # A copy's history is written when it is enqueued and never changes.
             for earlier in retry_history(trial):
@@ -264,7 +323,17 @@ class Ledger:
                 waiting += 1
             elif state == "RUNNING" and not is_ours(number):
                 foreign += 1
-        return Budget(self.used(), waiting, foreign)
+        return Budget(self.used(), waiting, foreign, len(self.pending()))
+
+    def pending(self) -> list[int]:
+        """The numbers :func:`pending_retries` would give, from what was read last."""
+        return [
+            n
+            for n in sorted(self._failed)
+            if self._entries[n].retry
+            and n not in self._superseded_by
+            and self._entries[n].chain < self._max_retries
+        ]
 
 
 def counted_numbers(trials: list[optuna.trial.FrozenTrial]) -> set[int]:
@@ -284,12 +353,15 @@ __all__ = [
     "trial_state",
     "HEARTBEAT_ATTR",
     "OVER_BUDGET_ATTR",
+    "RETRY_ATTR",
     "Budget",
     "Ledger",
     "counted_numbers",
+    "enqueue_retries",
     "fail_attempt",
     "failed_not_retried",
     "heartbeat_ages",
+    "pending_retries",
     "reconcile",
     "record_heartbeat",
     "retried_trial_number",

@@ -24,7 +24,7 @@ from dvt_hpo.process import launch
 from dvt_hpo.process.devices import Slot
 from dvt_hpo.process.gpu_share import GpuShare
 from dvt_hpo.process.tree import TrialProcess, describe_exit
-from dvt_hpo.study import recovery
+from dvt_hpo.study import kill_points, recovery
 from dvt_hpo.study.constraints import store_constraints
 from dvt_hpo.study.events import TrialReported
 from dvt_hpo.study.outcome import (
@@ -267,6 +267,7 @@ class TrialRun:
             )
             env[ENV_LAUNCHED] = repr(time.time())
             self.process = self.study.launcher.start(payload_path, env, self.trial_dir)
+            kill_points.reached("trial:running")
             if self.process.warm:
                 self._set_attrs({"warm_start": True})
             self.phase = Phase.RUNNING
@@ -363,6 +364,7 @@ class TrialRun:
             if outcome.traceback:
                 attrs["traceback"] = outcome.traceback[-_ATTR_TEXT_CHARS:]
         self._set_attrs(attrs)
+        kill_points.reached("record:before_tell")
         value = outcome.value
         told: float | list[float] | None = (
             list(outcome.values) if self.spec.objective.is_multi else value
@@ -396,13 +398,7 @@ class TrialRun:
                     "recording",
                 )
             elif outcome.retry:
-                recovery.fail_attempt(
-                    study,
-                    self.study.storage,
-                    self.trial_id,
-                    retry=True,
-                    max_retries=self.spec.trials.max_retries,
-                )
+                self.study.fail_attempt(self.trial_id)
             else:
                 self.study.db(
                     lambda: tell(

@@ -11,7 +11,7 @@ import optuna
 import pytest
 
 from dvt_hpo.study.constraints import CONSTRAINTS_KEY, is_feasible, stored_constraints, violation
-from dvt_hpo.study.front import no_feasible_message, pareto_front, select_best
+from dvt_hpo.study.front import no_feasible_message, pareto_front, select_best, study_ended
 from dvt_hpo.study.optuna_factory import build_sampler, samplers_read_constraints
 from dvt_hpo.studyfile.model import Dimension, SamplerSpec
 
@@ -103,3 +103,14 @@ def test_samplers_read_the_stored_constraints(kind: str) -> None:
         tuple(t.system_attrs[CONSTRAINTS_KEY]) == (t.params["x"] - 0.5,) for t in study.trials
     )
     assert all(t.params["x"] <= 0.5 for t in study.best_trials)
+
+
+def test_the_study_ended_event_names_the_best_or_the_front() -> None:
+    pruned = optuna.trial.create_trial(state=optuna.trial.TrialState.PRUNED)
+    one = [trial(0, [0.2]), trial(1, [0.9]), pruned]
+    event = study_ended(one, ["maximize"], 0)
+    assert (event.n_done, event.best_value, event.best_number, event.front) == (3, 0.9, 1, ())
+    two = [trial(0, [0.2, 1.0]), trial(1, [0.9, 2.0]), trial(2, [0.1, 3.0])]
+    event = study_ended(two, ["maximize", "minimize"], 1)
+    assert (event.best_value, event.front, event.exit_code) == (None, (1, 0), 1)
+    assert study_ended([], ["maximize"], 2).best_number is None

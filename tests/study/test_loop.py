@@ -549,6 +549,8 @@ BOOKKEEPING = [
     "dvt_hpo.process.launch.Launcher.start",
     "dvt_hpo.study.recovery.record_heartbeat",
     "dvt_hpo.study.recovery.reconcile",
+    "dvt_hpo.study.recovery.enqueue_retries",
+    "dvt_hpo.study.stale.stale_trials",
     "dvt_hpo.study.recovery.retried_trial_number",
     "dvt_hpo.study.recovery.Ledger.refresh",
     "dvt_hpo.study.recovery.Ledger.budget",

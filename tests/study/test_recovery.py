@@ -26,6 +26,7 @@ from dvt_hpo.process import tree as process_tree
 from dvt_hpo.study import recovery
 from dvt_hpo.studyfile import load_spec
 from tests.conftest import REPO_ROOT, TOY_ENTRYPOINT, toy_study
+from tests.study.test_stale import beat_ago, started_ago
 
 # Every wait on the orchestrator or a trial is bounded by this (a hang fails, never blocks).
 EVENT_TIMEOUT_S = 30.0
@@ -107,7 +108,7 @@ class Orchestrator:
     """One ``dvt-hpo run`` subprocess in a session of its own (like a shell's foreground job);
     a thread collects its output lines, so a test can await one."""
 
-    def __init__(self, study: Path, *args: str) -> None:
+    def __init__(self, study: Path, *args: str, env: dict[str, str] | None = None) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "dvt_hpo", "run", str(study), *args],
             stdout=subprocess.PIPE,
@@ -115,6 +116,7 @@ class Orchestrator:
             stdin=subprocess.DEVNULL,
             cwd=REPO_ROOT,
             start_new_session=True,
+            env=None if env is None else {**os.environ, **env},
         )
         self.lines: list[str] = []
         self._changed = threading.Condition()
@@ -459,3 +461,161 @@ def test_the_ledger_reads_only_new_and_unfinished_trials(tmp_path: Path) -> None
     # The one unfinished before, and the one new: not the 30 finished ones again.
     assert sorted(reads) == sorted([running._trial_id, new._trial_id])
     assert ledger.used() == 32
+
+
+def _marked_fail(study: optuna.Study, storage: Any, params: dict[str, float]) -> int:
+    """A FAIL attempt marked for a retry whose copy was never enqueued (its worker died)."""
+    trial = study.ask()
+    for name, value in params.items():
+        trial.suggest_float(name, value, value)
+    assert recovery.fail_attempt(
+        study, storage, trial._trial_id, retry=True, max_retries=3, enqueue=False
+    )
+    return trial.number
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+def test_a_marked_failure_without_its_copy_is_enqueued_once_and_counted_meanwhile(
+    tmp_path: Path,
+) -> None:
+    study, storage = _sqlite_study(tmp_path)
+    number = _marked_fail(study, storage, {"x": 0.25})
+    done = study.ask()
+    study.tell(done, 1.0)
+    ledger = recovery.Ledger(study, storage, storage.get_study_id_from_name("s"), max_retries=3)
+    ledger.refresh()
+    # Counted (its copy will take its place) and pending: a worker waits for it, never leaves.
+    assert ledger.budget(lambda n: False) == recovery.Budget(2, 0, 0, pending=1)
+
+    assert recovery.enqueue_retries(study, max_retries=3, lock=contextlib.nullcontext) == [number]
+    assert recovery.enqueue_retries(study, max_retries=3, lock=contextlib.nullcontext) == []
+    (copy,) = _waiting(study)
+    assert copy.params == {"x": 0.25} and recovery.retry_history(copy) == [number]
+    # The copy is a fresh attempt: the failed one's mark is not carried over.
+    assert recovery.RETRY_ATTR not in copy.system_attrs
+    ledger.refresh()
+    assert ledger.budget(lambda n: False) == recovery.Budget(2, 1, 0, pending=0)
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+def test_no_copy_past_max_retries_and_none_for_a_failure_not_marked(tmp_path: Path) -> None:
+    study, storage = _sqlite_study(tmp_path)
+    plain = study.ask()
+    study.tell(plain, state=optuna.trial.TrialState.FAIL)  # a trainer's error: not retried
+    number = _marked_fail(study, storage, {"x": 0.5})
+    assert recovery.enqueue_retries(study, max_retries=0, lock=contextlib.nullcontext) == []
+    assert recovery.pending_retries(study.get_trials(), 0) == []
+    assert [t.number for t in recovery.pending_retries(study.get_trials(), 1)] == [number]
+
+
+def _enqueue_racer(url: str, name: str, barrier: Any, out: Any) -> None:
+    from dvt_hpo.store.lock import retry_lock
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = optuna.storages.RDBStorage(url)
+    study = optuna.load_study(study_name=name, storage=storage)
+    study_id = storage.get_study_id_from_name(name)
+    barrier.wait()
+    out.put(recovery.enqueue_retries(study, max_retries=3, lock=lambda: retry_lock(url, study_id)))
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+def test_workers_repairing_at_the_same_instant_enqueue_one_copy(
+    tmp_path: Path, request: pytest.FixtureRequest, unique_name: str, backend: str
+) -> None:
+    import multiprocessing
+
+    url = (
+        f"sqlite:///{tmp_path}/study.db"
+        if backend == "sqlite"
+        else str(request.getfixturevalue("postgres_url"))
+    )
+    storage = optuna.storages.RDBStorage(url)
+    study = optuna.create_study(storage=storage, study_name=unique_name)
+    numbers = [_marked_fail(study, storage, {"x": x}) for x in (0.1, 0.2, 0.3)]
+    context = multiprocessing.get_context("spawn")
+    n_workers = 6
+    barrier, out = context.Barrier(n_workers), context.Queue()
+    racers = [
+        context.Process(target=_enqueue_racer, args=(url, unique_name, barrier, out))
+        for _ in range(n_workers)
+    ]
+    for racer in racers:
+        racer.start()
+    enqueued = [out.get(timeout=EVENT_TIMEOUT_S * 2) for _ in racers]
+    for racer in racers:
+        racer.join(EVENT_TIMEOUT_S)
+        assert racer.exitcode == 0
+    # Each failed attempt got exactly one copy, by whichever worker held the lock first.
+    assert sorted(n for got in enqueued for n in got) == numbers
+    copies = _waiting(study)
+    assert sorted(recovery.retried_trial_number(c) for c in copies) == numbers
+
+
+@pytest.mark.processes
+def test_the_retry_lock_waits_then_times_out_and_a_killed_holder_frees_it(
+    tmp_path: Path,
+) -> None:
+    from dvt_hpo.store.lock import retry_lock
+
+    url = f"sqlite:///{tmp_path}/study.db"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from dvt_hpo.store.lock import retry_lock\n"
+            "with retry_lock(sys.argv[1], 1):\n"
+            "    print('held', flush=True); sys.stdin.read()",
+            url,
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=REPO_ROOT,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        with pytest.raises(TimeoutError), retry_lock(url, 1, timeout_s=0.2):
+            pass
+        holder.kill()  # killed while holding it: the kernel releases it
+        holder.wait(EVENT_TIMEOUT_S)
+        with retry_lock(url, 1, timeout_s=EVENT_TIMEOUT_S):
+            pass
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        holder.wait(EVENT_TIMEOUT_S)
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage")
+def test_the_sweep_retries_a_dead_workers_trials_but_closes_one_marked_over_budget(
+    tmp_path: Path,
+) -> None:
+    storage = optuna.storages.RDBStorage(
+        f"sqlite:///{tmp_path / 'study.db'}", heartbeat_interval=1, grace_period=1
+    )
+    study = optuna.create_study(storage=storage, study_name="s")
+    dead = study.ask()  # its worker died before its first heartbeat
+    dead.suggest_float("x", 0.0, 1.0)
+    over = study.ask()  # its worker died after marking it over budget, before the FAIL
+    storage.set_trial_system_attr(over._trial_id, recovery.OVER_BUDGET_ATTR, True)
+    alive = study.ask()  # the sweeping worker's own
+    started_ago(storage, dead._trial_id, 10)  # no heartbeat: its start stands in
+    beat_ago(storage, over._trial_id, 10)
+    beat_ago(storage, alive._trial_id, 10)  # stale-looking, but the sweeper's own
+    recovery.reconcile(
+        study,
+        storage,
+        grace_period_s=1,
+        max_retries=2,
+        is_ours=lambda n: n == alive.number,
+        lock=contextlib.nullcontext,
+    )
+    by_number = {t.number: t for t in study.get_trials()}
+    assert by_number[dead.number].state.name == "FAIL"
+    assert by_number[over.number].state.name == "FAIL"
+    assert by_number[alive.number].state.name == "RUNNING"
+    (copy,) = _waiting(study)
+    assert copy.params == dead.params and recovery.retry_history(copy) == [dead.number]

@@ -5,7 +5,6 @@ import json
 import optuna
 import pytest
 
-from dvt_hpo.config import paths
 from dvt_hpo.study import space
 from dvt_hpo.studyfile import Condition, Dimension
 
@@ -13,11 +12,6 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 # --- dotted paths stay importable from space (the runner uses them) ---------------------------
-
-
-def test_path_helpers_are_re_exported_from_paths() -> None:
-    for name in ("parse_path", "format_path", "get_path", "set_path", "PathKeyError"):
-        assert getattr(space, name) is getattr(paths, name)
 
 
 def test_same_value_never_mixes_bools_and_numbers() -> None:
