@@ -58,8 +58,7 @@ def test_progress_only_without_tracking(write_study) -> None:
 
 
 def test_mlflow_when_the_study_file_sets_it(tmp_path: Path, write_study) -> None:
-    pytest.importorskip("mlflow")
-    from dvt_hpo.tracking.mlflow import MlflowObserver
+    from dvt_hpo.tracking.mlflow import MlflowObserver  # mlflow-skinny is in [test]
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     spec = load_spec(write_study(toy_study("tracked", tracking={"mlflow": {"tracking_uri": uri}})))

@@ -117,17 +117,59 @@ def test_sqlite_in_an_unwritable_place(tmp_path: Path) -> None:
     assert "/proc/dvt-hpo-study.db" in str(error)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
-def test_sqlite_in_a_read_only_folder(tmp_path: Path) -> None:
-    folder = tmp_path / "ro"
-    folder.mkdir()
-    folder.chmod(0o500)
+# Opened by a process of a user that cannot write there: under root (CI), the ``nobody`` user
+# (``runuser``, as the outage cluster does for PostgreSQL), since root writes into any folder.
+OPEN_AS_USER = """
+import json, sys
+from dvt_hpo.storage import StorageError, open_storage
+try:
+    open_storage(sys.argv[1])
+except StorageError as exc:
+    print(json.dumps({"error": str(exc)}))
+else:
+    print(json.dumps({"error": None}))
+"""
+
+
+def _open_as_unprivileged_user(url: str) -> str | None:
+    """The StorageError message (or None) of ``open_storage(url)`` in a process of a user that
+    is not root: this one, or ``nobody`` when the tests run as root."""
+    import json
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-c", OPEN_AS_USER, url]
+    if os.geteuid() == 0:
+        command = ["runuser", "-u", "nobody", "--", *command]
+    # Coverage's start-up hook would write its data where nobody cannot: not measured.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COVERAGE_")}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, (
+        f"{command[:4]} failed (nobody must be able to read {sys.executable} and the "
+        f"repository): {done.stderr[-2000:]}"
+    )
+    return json.loads(done.stdout.splitlines()[-1])["error"]
+
+
+@pytest.mark.processes
+def test_sqlite_in_a_read_only_folder() -> None:
+    import shutil
+    import tempfile
+
+    # Not tmp_path: pytest keeps it private to this user, and nobody must reach the folder.
+    base = Path(tempfile.mkdtemp(prefix="dvt-hpo-ro-"))
     try:
-        error = _one_line_error(f"sqlite:///{folder}/s.db")
-        assert "writable" in str(error)
+        base.chmod(0o755)
+        folder = base / "ro"
+        folder.mkdir()
+        folder.chmod(0o555)
+        error = _open_as_unprivileged_user(f"sqlite:///{folder}/s.db")
+        assert error is not None, "the study database was created in a read-only folder"
+        assert "\n" not in error and "study.storage" in error
+        assert "writable" in error and f"{folder}/s.db" in error, error
         assert list(folder.iterdir()) == []
     finally:
-        folder.chmod(0o700)
+        shutil.rmtree(base)
 
 
 @pytest.mark.parametrize("scheme", ["sqlite", "journal"])

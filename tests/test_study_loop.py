@@ -29,6 +29,7 @@ from dvt_hpo.spec import load_spec
 from dvt_hpo.study_loop import StudyRunner, StudyStopped
 from tests.conftest import toy_study
 from tests.entrypoints.dropped import deliver_in_weakref_callback
+from tests.storage_suite.gated import run_gated
 
 pytestmark = pytest.mark.processes
 
@@ -567,7 +568,10 @@ def test_an_exception_in_any_bookkeeping_step_ends_the_trial_or_the_run(
     target: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    hits: list[str] = []  # appended from the loop's and the trials' threads
+
     def broken(*args: Any, **kwargs: Any) -> Any:
+        hits.append(threading.current_thread().name)
         raise OSError(f"injected in {target}")
 
     monkeypatch.setattr(target, broken)
@@ -586,6 +590,8 @@ def test_an_exception_in_any_bookkeeping_step_ends_the_trial_or_the_run(
 
     threading.Thread(target=go, daemon=True).start()
     assert ended.wait(60), f"the run hung with an exception in {target}"
+    # Else this test would pass for a step the run no longer goes through.
+    assert hits, f"the run never called {target}: the fault was not injected"
     if errors:
         # The run ended with one line (the CLI's exit 1), never an unexpected exception type.
         (error,) = errors
@@ -631,39 +637,29 @@ def test_a_seeded_single_worker_is_reproducible_and_a_resume_does_not_replay(
 
 @pytest.mark.parametrize("n_workers", [2, 4])
 def test_seeded_workers_started_together_never_run_the_same_params(
-    postgres_url: str, write_study: Callable[..., Path], unique_name: str, n_workers: int
+    postgres_url: str,
+    write_study: Callable[..., Path],
+    unique_name: str,
+    n_workers: int,
+    tmp_path: Path,
 ) -> None:
     doc = toy(unique_name, [{"do": "curve", "values": [0.5]}], trials={"warm": False})
     doc["study"].update(storage=postgres_url, n_trials=2 * n_workers)
     path = write_study(doc)
     # The study exists before they start, as it does for workers started on a team's database.
     optuna.create_study(storage=postgres_url, study_name=unique_name, direction="maximize")
-    barrier = f"import time; t = {time.time() + 3.0!r}; time.sleep(max(0, t - time.time()))"
-    workers = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                f"{barrier}; import sys; from dvt_hpo.cli import main; "
-                f"sys.exit(main(['run', {str(path)!r}]))",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for _ in range(n_workers)
-    ]
     try:
-        outputs = [w.communicate(timeout=240)[0] for w in workers]
-        assert [w.returncode for w in workers] == [0] * n_workers, outputs
+        # Every worker imports first, then waits at one flock gate that opens for all at once:
+        # they ask their first trials together however slow their start-up was.
+        finished = run_gated(
+            [["cli", "run", str(path)]] * n_workers, tmp_path / "gate", timeout_s=240
+        )
+        assert [f.returncode for f in finished] == [0] * n_workers, [f.output for f in finished]
         study = optuna.load_study(study_name=unique_name, storage=postgres_url)
         params = [t.params["x"] for t in study.trials if "x" in t.params]
         assert len(params) >= 2 * n_workers
         assert len(set(params)) == len(params), sorted(params)
     finally:
-        for w in workers:
-            if w.poll() is None:
-                w.kill()
         optuna.delete_study(study_name=unique_name, storage=postgres_url)
 
 

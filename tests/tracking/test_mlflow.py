@@ -12,21 +12,21 @@ from typing import Any
 import optuna
 import pytest
 
-pytest.importorskip("mlflow", reason="the mlflow extra is not installed")
-# A real tracking store (SQLAlchemy migrations) and the observer's worker thread: seconds
-# each, one waits out a store that stops answering.
-pytestmark = pytest.mark.processes
+# mlflow-skinny is in [test]: imported plainly, so that a broken MLflow import fails here.
+from mlflow.tracking import MlflowClient
 
-from mlflow.tracking import MlflowClient  # noqa: E402
-
-from dvt_hpo.events import (  # noqa: E402
+from dvt_hpo.events import (
     StudyEnded,
     StudyStarted,
     TrialFinished,
     TrialReported,
     TrialStarted,
 )
-from dvt_hpo.tracking.mlflow import PARENT_ATTR, RUN_ID_ATTR, MlflowObserver  # noqa: E402
+from dvt_hpo.tracking.mlflow import PARENT_ATTR, RUN_ID_ATTR, MlflowObserver
+
+# A real tracking store (SQLAlchemy migrations) and the observer's worker thread: seconds
+# each, one waits out a store that stops answering.
+pytestmark = pytest.mark.processes
 
 SPACE = {"lr": {"kind": "float", "low": 1e-4, "high": 0.1, "log": True}, "width": [16, 32]}
 SECRET_STUDY = """study:
