@@ -7,8 +7,6 @@ import io
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from dvt_hpo.events import BaseObserver, TrialStarted
 from dvt_hpo.observers import Observers, study_observers
 from dvt_hpo.progress import ProgressObserver

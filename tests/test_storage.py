@@ -117,45 +117,55 @@ def test_sqlite_in_an_unwritable_place(tmp_path: Path) -> None:
     assert "/proc/dvt-hpo-study.db" in str(error)
 
 
-# Opened by a process of a user that cannot write there: under root (CI), the ``nobody`` user
-# (``runuser``, as the outage cluster does for PostgreSQL), since root writes into any folder.
-OPEN_AS_USER = """
-import json, sys
-from dvt_hpo.storage import StorageError, open_storage
-try:
-    open_storage(sys.argv[1])
-except StorageError as exc:
-    print(json.dumps({"error": str(exc)}))
-else:
-    print(json.dumps({"error": None}))
-"""
+def _open_as_nobody(url: str) -> str | None:
+    """The StorageError message (or None) of ``open_storage(url)`` in a forked process that runs
+    as the ``nobody`` user when the tests run as root (CI): root writes into any folder.
 
-
-def _open_as_unprivileged_user(url: str) -> str | None:
-    """The StorageError message (or None) of ``open_storage(url)`` in a process of a user that
-    is not root: this one, or ``nobody`` when the tests run as root."""
+    Forked, not started through ``runuser`` (as the outage cluster's PostgreSQL is): the
+    interpreter may live where nobody cannot read it (pyenv under /root). So the caller has
+    imported everything the call needs, and the child only drops its user and calls it."""
     import json
-    import subprocess
-    import sys
+    import pwd
 
-    command = [sys.executable, "-c", OPEN_AS_USER, url]
-    if os.geteuid() == 0:
-        command = ["runuser", "-u", "nobody", "--", *command]
-    # Coverage's start-up hook would write its data where nobody cannot: not measured.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COVERAGE_")}
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
-    assert done.returncode == 0, (
-        f"{command[:4]} failed (nobody must be able to read {sys.executable} and the "
-        f"repository): {done.stderr[-2000:]}"
-    )
-    return json.loads(done.stdout.splitlines()[-1])["error"]
+    nobody = pwd.getpwnam("nobody")
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            os.close(read)
+            if os.geteuid() == 0:
+                os.setgroups([])
+                os.setgid(nobody.pw_gid)
+                os.setuid(nobody.pw_uid)
+            try:
+                open_storage(url)
+                result: dict[str, Any] = {"error": None}
+            except StorageError as exc:
+                result = {"error": str(exc)}
+            result["euid"] = os.geteuid()
+            os.write(write, json.dumps(result).encode())
+            code = 0
+        except BaseException as exc:  # noqa: BLE001 - reported to the test
+            os.write(write, json.dumps({"crash": f"{type(exc).__name__}: {exc}"}).encode())
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        result = json.loads(pipe.read() or "{}")
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0 and "crash" not in result, result
+    assert result["euid"] != 0, "the check ran as root, which writes into read-only folders"
+    return result["error"]
 
 
-@pytest.mark.processes
-def test_sqlite_in_a_read_only_folder() -> None:
+def test_sqlite_in_a_read_only_folder(tmp_path: Path) -> None:
     import shutil
     import tempfile
 
+    # Everything open_storage imports on both paths, imported before the fork (see above).
+    open_storage(f"sqlite:///{tmp_path}/warm-up.db")
+    _one_line_error("sqlite:////proc/dvt-hpo-study.db")
     # Not tmp_path: pytest keeps it private to this user, and nobody must reach the folder.
     base = Path(tempfile.mkdtemp(prefix="dvt-hpo-ro-"))
     try:
@@ -163,7 +173,7 @@ def test_sqlite_in_a_read_only_folder() -> None:
         folder = base / "ro"
         folder.mkdir()
         folder.chmod(0o555)
-        error = _open_as_unprivileged_user(f"sqlite:///{folder}/s.db")
+        error = _open_as_nobody(f"sqlite:///{folder}/s.db")
         assert error is not None, "the study database was created in a read-only folder"
         assert "\n" not in error and "study.storage" in error
         assert "writable" in error and f"{folder}/s.db" in error, error

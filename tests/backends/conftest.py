@@ -28,7 +28,8 @@ needs_dvt = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(autouse=True)
+# Session scope: before any module fixture that would run deepvisiontools and fail less clearly.
+@pytest.fixture(scope="session", autouse=True)
 def _backend_installed_when_required() -> None:
     if backend_required() and not HAS_DVT:
         pytest.fail(f"{REQUIRE_BACKEND}=1 but deepvisiontools is not installed in {sys.prefix}")
