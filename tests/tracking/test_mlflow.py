@@ -129,6 +129,10 @@ def test_study_with_pruned_failed_retried_trials_then_resumed(
             study=study if keep_in_study else None,
             tags={"team": "vision"},
             warn=warnings.append,
+            # Each trial here ends at once: its run id must come back before it does (the late
+            # id, written on a running trial, is test_late_run_ids_are_written_on_the_trial's).
+            # Returned as soon as it comes; 60 s only bounds a store that never answers.
+            id_wait_s=60,
         )
 
     first = Loop(study, observer(), study_file)
