@@ -6,7 +6,6 @@ reason, except under CI (``CI`` set), where a missing browser is a failure.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tempfile
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.ci_skips import under_ci
 from tests.conftest import REPO_ROOT
 
 # Kept after the run, for a person to look at (CI uploads nothing, but a developer can).
@@ -35,7 +35,7 @@ def chromium() -> str:
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if found is None:
         reason = "headless Chromium not installed (apt-get install chromium; .ci/run does)"
-        if os.environ.get("CI"):
+        if under_ci():
             pytest.fail(reason + " and CI is set")
         pytest.skip(reason)
     return found

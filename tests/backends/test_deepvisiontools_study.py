@@ -73,9 +73,11 @@ def write_study(
     return path
 
 
-def dvt_hpo_run(study: Path, cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
+def dvt_hpo_run(
+    study: Path, cwd: Path, home: Path, **extra_env: str
+) -> subprocess.CompletedProcess[str]:
     """``dvt-hpo run`` from ``cwd`` with ``$HOME`` at ``home`` (both watched for litter)."""
-    env = {**os.environ, "HOME": str(home), "PYTHONPATH": str(REPO_ROOT)}
+    env = {**os.environ, "HOME": str(home), "PYTHONPATH": str(REPO_ROOT), **extra_env}
     for name in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME", "YOLO_CONFIG_DIR", "MLFLOW_TRACKING_URI"):
         env.pop(name, None)
     return subprocess.run(

@@ -12,7 +12,7 @@ import pytest
 
 from dvt_hpo.process.devices import Slot
 from dvt_hpo.process.launch import build_command, free_port, tail_lines, trial_env
-from tests.conftest import REPO_ROOT, toy_study
+from tests.conftest import toy_study
 
 # -- command lines -----------------------------------------------------------------------
 
@@ -97,12 +97,6 @@ def test_the_process_boundary_never_imports_torch() -> None:
 
 
 @pytest.mark.processes
-@pytest.mark.xfail(
-    not (REPO_ROOT / "dvt_hpo" / "spec").is_dir(),
-    reason="dvt_hpo.studyfile is still the one-module loader that imports optuna; the spec package "
-    "(dvt_hpo.studyfile.model, stdlib only) makes the trial process optuna-free",
-    strict=True,
-)
 def test_the_trial_process_never_imports_optuna_or_numpy() -> None:
     code = (
         "import sys\n"

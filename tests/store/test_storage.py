@@ -113,17 +113,69 @@ def test_sqlite_in_an_unwritable_place(tmp_path: Path) -> None:
     assert "/proc/dvt-hpo-study.db" in str(error)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def _open_as_nobody(url: str) -> str | None:
+    """The StorageError message (or None) of ``open_storage(url)`` in a forked process that runs
+    as the ``nobody`` user when the tests run as root (CI): root writes into any folder.
+
+    Forked, not started through ``runuser`` (as the outage cluster's PostgreSQL is): the
+    interpreter may live where nobody cannot read it (pyenv under /root). So the caller has
+    imported everything the call needs, and the child only drops its user and calls it."""
+    import json
+    import pwd
+
+    nobody = pwd.getpwnam("nobody")
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            os.close(read)
+            if os.geteuid() == 0:
+                os.setgroups([])
+                os.setgid(nobody.pw_gid)
+                os.setuid(nobody.pw_uid)
+            try:
+                open_storage(url)
+                result: dict[str, Any] = {"error": None}
+            except StorageError as exc:
+                result = {"error": str(exc)}
+            result["euid"] = os.geteuid()
+            os.write(write, json.dumps(result).encode())
+            code = 0
+        except BaseException as exc:  # noqa: BLE001 - reported to the test
+            os.write(write, json.dumps({"crash": f"{type(exc).__name__}: {exc}"}).encode())
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        result = json.loads(pipe.read() or "{}")
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0 and "crash" not in result, result
+    assert result["euid"] != 0, "the check ran as root, which writes into read-only folders"
+    return result["error"]
+
+
 def test_sqlite_in_a_read_only_folder(tmp_path: Path) -> None:
-    folder = tmp_path / "ro"
-    folder.mkdir()
-    folder.chmod(0o500)
+    import shutil
+    import tempfile
+
+    # Everything open_storage imports on both paths, imported before the fork (see above).
+    open_storage(f"sqlite:///{tmp_path}/warm-up.db")
+    _one_line_error("sqlite:////proc/dvt-hpo-study.db")
+    # Not tmp_path: pytest keeps it private to this user, and nobody must reach the folder.
+    base = Path(tempfile.mkdtemp(prefix="dvt-hpo-ro-"))
     try:
-        error = _one_line_error(f"sqlite:///{folder}/s.db")
-        assert "writable" in str(error)
+        base.chmod(0o755)
+        folder = base / "ro"
+        folder.mkdir()
+        folder.chmod(0o555)
+        error = _open_as_nobody(f"sqlite:///{folder}/s.db")
+        assert error is not None, "the study database was created in a read-only folder"
+        assert "\n" not in error and "study.storage" in error
+        assert "writable" in error and f"{folder}/s.db" in error, error
         assert list(folder.iterdir()) == []
     finally:
-        folder.chmod(0o700)
+        shutil.rmtree(base)
 
 
 @pytest.mark.parametrize("scheme", ["sqlite", "journal"])

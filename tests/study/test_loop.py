@@ -8,7 +8,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,9 +27,11 @@ from dvt_hpo.study.events import (
 )
 from dvt_hpo.study.loop import StudyRunner
 from dvt_hpo.study.preflight import load_runnable
+from dvt_hpo.study.recovery import retried_trial_number
 from dvt_hpo.studyfile import load_spec
 from tests.conftest import toy_study
 from tests.entrypoints.dropped import deliver_in_weakref_callback
+from tests.store.suite.gated import run_gated
 
 pytestmark = pytest.mark.processes
 
@@ -571,7 +572,10 @@ def test_an_exception_in_any_bookkeeping_step_ends_the_trial_or_the_run(
     target: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    hits: list[str] = []  # appended from the loop's and the trials' threads
+
     def broken(*args: Any, **kwargs: Any) -> Any:
+        hits.append(threading.current_thread().name)
         raise OSError(f"injected in {target}")
 
     monkeypatch.setattr(target, broken)
@@ -590,6 +594,8 @@ def test_an_exception_in_any_bookkeeping_step_ends_the_trial_or_the_run(
 
     threading.Thread(target=go, daemon=True).start()
     assert ended.wait(60), f"the run hung with an exception in {target}"
+    # Else this test would pass for a step the run no longer goes through.
+    assert hits, f"the run never called {target}: the fault was not injected"
     if errors:
         # The run ended with one line (the CLI's exit 1), never an unexpected exception type.
         (error,) = errors
@@ -635,39 +641,37 @@ def test_a_seeded_single_worker_is_reproducible_and_a_resume_does_not_replay(
 
 @pytest.mark.parametrize("n_workers", [2, 4])
 def test_seeded_workers_started_together_never_run_the_same_params(
-    postgres_url: str, write_study: Callable[..., Path], unique_name: str, n_workers: int
+    postgres_url: str,
+    write_study: Callable[..., Path],
+    unique_name: str,
+    n_workers: int,
+    tmp_path: Path,
 ) -> None:
     doc = toy(unique_name, [{"do": "curve", "values": [0.5]}], trials={"warm": False})
     doc["study"].update(storage=postgres_url, n_trials=2 * n_workers)
     path = write_study(doc)
     # The study exists before they start, as it does for workers started on a team's database.
     optuna.create_study(storage=postgres_url, study_name=unique_name, direction="maximize")
-    barrier = f"import time; t = {time.time() + 3.0!r}; time.sleep(max(0, t - time.time()))"
-    workers = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                f"{barrier}; import sys; from dvt_hpo.cli import main; "
-                f"sys.exit(main(['run', {str(path)!r}]))",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for _ in range(n_workers)
-    ]
     try:
-        outputs = [w.communicate(timeout=240)[0] for w in workers]
-        assert [w.returncode for w in workers] == [0] * n_workers, outputs
+        # Every worker imports first, then waits at one flock gate that opens for all at once:
+        # they ask their first trials together however slow their start-up was.
+        finished = run_gated(
+            [["cli", "run", str(path)]] * n_workers, tmp_path / "gate", timeout_s=240
+        )
+        assert [f.returncode for f in finished] == [0] * n_workers, [f.output for f in finished]
         study = optuna.load_study(study_name=unique_name, storage=postgres_url)
-        params = [t.params["x"] for t in study.trials if "x" in t.params]
+        by_number = {t.number: t for t in study.trials}
+        # A retry copy (a trial failed as stale, under load) runs its original's params by
+        # design; every other trial was sampled, and no two sampled the same.
+        sampled = [t for t in study.trials if retried_trial_number(t) is None]
+        for t in study.trials:
+            original = retried_trial_number(t)
+            if original is not None:
+                assert t.params == by_number[original].params, (t.number, original)
+        params = [t.params["x"] for t in sampled if "x" in t.params]
         assert len(params) >= 2 * n_workers
-        assert len(set(params)) == len(params), sorted(params)
+        assert len(set(params)) == len(params), [(t.number, t.state, t.params) for t in sampled]
     finally:
-        for w in workers:
-            if w.poll() is None:
-                w.kill()
         optuna.delete_study(study_name=unique_name, storage=postgres_url)
 
 

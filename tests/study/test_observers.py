@@ -7,8 +7,6 @@ import io
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from dvt_hpo.study.events import BaseObserver, TrialStarted
 from dvt_hpo.study.observers import Observers, study_observers
 from dvt_hpo.studyfile import load_spec
@@ -58,8 +56,7 @@ def test_progress_only_without_tracking(write_study) -> None:
 
 
 def test_mlflow_when_the_study_file_sets_it(tmp_path: Path, write_study) -> None:
-    pytest.importorskip("mlflow")
-    from dvt_hpo.tracking.mlflow import MlflowObserver
+    from dvt_hpo.tracking.mlflow import MlflowObserver  # mlflow-skinny is in [test]
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     spec = load_spec(write_study(toy_study("tracked", tracking={"mlflow": {"tracking_uri": uri}})))

@@ -4,14 +4,20 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
+import yaml
 
+from dvt_hpo.command.trainer import CONFIG_JSON, CONFIG_YAML
 from dvt_hpo.exceptions import SpecError
 from dvt_hpo.study.preflight import load_runnable
-from dvt_hpo.studyfile import COMMAND_ENTRYPOINT, load_spec
+from dvt_hpo.studyfile import COMMAND_ENTRYPOINT, StudySpec, load_spec
 from tests.studyfile.helpers import bad_file_test, case
 
 CMD = """\
@@ -43,16 +49,41 @@ def test_a_command_study_loads_with_the_command_entry_point(write: Callable[...,
     assert spec.trainer.metrics_pattern == r"epoch (?P<step>\d+) f1=(?P<macro_f1>[0-9.]+)"
 
 
+def resolved(spec: StudySpec, params: dict[str, Any], trial_dir: Path, number: int) -> list[str]:
+    """The command line trial ``number`` with ``params`` runs: the study's command rendered by
+    the trial process's own lookup, on the config the dimensions wrote."""
+    from dvt_hpo.command.template import render
+    from dvt_hpo.command.trainer import _lookup
+    from dvt_hpo.study.space import apply
+
+    config = apply(spec.trainer.config, spec.search_space, params)
+    names = {dim.name: dim.path for dim in spec.search_space}
+    ctx = SimpleNamespace(trial_number=number)
+    return render(spec.trainer.command or (), _lookup(config, ctx, names, trial_dir))  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
-    "args",
+    ("args", "expected"),
     [
-        ('"{{literal}}"', '"--x={optim.momentum}"'),  # braces, a config field
-        ('"{trial_dir}/{trial_number}"', '"{config}"', '"{config_json}"'),  # reserved names
-        ('"{lr}"', '"{lr}"'),  # lr is not in trainer.config: the dimension writes it
+        # braces, a config field
+        (('"{{literal}}"', '"--x={optim.momentum}"'), ["{literal}", "--x=0.9"]),
+        # reserved names
+        (
+            ('"{trial_dir}/{trial_number}"', '"{config}"', '"{config_json}"'),
+            ["{dir}/7", f"{{dir}}/{CONFIG_YAML}", f"{{dir}}/{CONFIG_JSON}"],
+        ),
+        # lr is not in trainer.config: the dimension writes it (floats exact, with repr)
+        (('"{lr}"', '"{lr}"'), ["0.0123", "0.0123"]),
     ],
 )
-def test_placeholders_that_resolve(write: Callable[..., Path], args: tuple[str, ...]) -> None:
-    load_spec(write(with_command('"{python}"', *args)))
+def test_placeholders_that_resolve(
+    write: Callable[..., Path], tmp_path: Path, args: tuple[str, ...], expected: list[str]
+) -> None:
+    spec = load_spec(write(with_command('"{python}"', *args)))
+    assert spec.trainer.command == ("{python}", *(yaml.safe_load(a) for a in args))
+    trial_dir = tmp_path / "runs" / "trial-0007"
+    argv = resolved(spec, {"lr": 0.0123}, trial_dir, 7)
+    assert argv == [sys.executable, *(e.replace("{dir}", str(trial_dir)) for e in expected)]
 
 
 def test_a_command_needs_no_config(write: Callable[..., Path]) -> None:
@@ -214,8 +245,22 @@ def test_the_executable_must_exist(
     assert message in str(err)
 
 
-@pytest.mark.parametrize("args", ['"{python}", train.py', '"./run.sh"', "bash, -c, 'exit 0'"])
-def test_an_executable_that_exists(write: Callable[..., Path], args: str) -> None:
-    write("print('hi')\n", name="train.py")
-    os.chmod(write("echo hi\n", name="run.sh"), 0o755)
-    load_runnable(write(with_command(args)))
+@pytest.mark.processes
+@pytest.mark.parametrize(
+    ("args", "stdout"),
+    [
+        ('"{python}", train.py', "hi from python"),
+        ('"./run.sh"', "hi from sh"),
+        ("bash, -c, 'echo hi'", "hi"),
+    ],
+)
+def test_an_executable_that_exists(
+    write: Callable[..., Path], tmp_path: Path, args: str, stdout: str
+) -> None:
+    write("print('hi from python')\n", name="train.py")
+    os.chmod(write("#!/bin/sh\necho hi from sh\n", name="run.sh"), 0o755)
+    spec = load_runnable(write(with_command(args)))
+    # The command the checks passed is one that runs, from the study's folder as trials do.
+    argv = resolved(spec, {"lr": 0.01}, tmp_path / "runs" / "trial-0000", 0)
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout.strip()) == (0, stdout), done.stderr

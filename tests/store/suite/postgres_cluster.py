@@ -2,7 +2,9 @@
 temporary folder, with password authentication, removed afterwards.
 
 PostgreSQL refuses to run as root, so under root the server runs as the ``postgres`` system
-user (``runuser``). Skips the test when no ``initdb`` is installed.
+user (``runuser``). Skips the test when no ``initdb`` is installed (Debian: the
+``postgresql`` package, under ``/usr/lib/postgresql/<version>/bin``), and fails it instead under
+``DVT_HPO_REQUIRE_POSTGRES=1``.
 """
 
 from __future__ import annotations
@@ -37,7 +39,13 @@ def _bin_dir() -> Path:
     if not found:
         which = shutil.which("initdb")
         if which is None:
-            pytest.skip("no initdb: PostgreSQL server binaries are not installed")
+            message = (
+                "no initdb: PostgreSQL server binaries are not installed "
+                "(neither /usr/lib/postgresql/*/bin/initdb nor initdb on PATH)"
+            )
+            if os.environ.get("DVT_HPO_REQUIRE_POSTGRES") == "1":
+                pytest.fail(message + " (DVT_HPO_REQUIRE_POSTGRES=1)")
+            pytest.skip(message)
         return Path(which).parent
     return Path(found[-1]).parent
 
