@@ -185,6 +185,43 @@ BAD_CASES = {
         ("pg8000", "pip install"),
         never_says=("secret",),
     ),
+    # The built-in trainer's metrics are known from its config (issue 18, item 1).
+    "objective the built-in trainer never reports": BadCase(
+        DIGITS_TEXT.replace("optim_arg.lr", "optim_args.lr").replace(
+            "trainer:\n", "objective: {metric: macro_f2, direction: maximize}\ntrainer:\n"
+        ),
+        4,
+        "objective.metric",
+        ("'macro_f2' is never reported by the built-in trainer", "did you mean 'macro_f1'"),
+    ),
+    "one of several objectives never reported": BadCase(
+        DIGITS_TEXT.replace("optim_arg.lr", "optim_args.lr").replace(
+            "trainer:\n",
+            "objective:\n  metrics:\n  - {name: macro_f1}\n  - {name: latency_msec, "
+            "direction: minimize}\ntrainer:\n",
+        ),
+        7,
+        "objective.metrics[1].name",
+        ("did you mean 'latency_ms'",),
+    ),
+    "constraint on a metric never reported": BadCase(
+        DIGITS_TEXT.replace("optim_arg.lr", "optim_args.lr").replace(
+            "trainer:\n",
+            "objective:\n  metric: loss\n  constraints:\n  - {metric: nparams, max: 1.0e6}"
+            "\ntrainer:\n",
+        ),
+        7,
+        "objective.constraints[0].metric",
+        ("did you mean 'n_params'",),
+    ),
+    "latency objective with latency off": BadCase(
+        DIGITS_TEXT.replace("optim_arg.lr", "optim_args.lr")
+        .replace("trainer:\n", "objective: {metric: latency_ms}\ntrainer:\n")
+        .replace("    epochs: 1\n", "    epochs: 1\n    eval: {latency: {enabled: false}}\n"),
+        4,
+        "objective.metric",
+        ("trainer.config.eval.latency.enabled: true",),
+    ),
     # Checked against the GPUs visible here; no machine shows 64.
     "GPUs that this machine does not have": BadCase(
         TOY_TEXT + "trials: {devices: 'cuda:63'}\n",

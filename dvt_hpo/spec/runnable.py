@@ -7,6 +7,8 @@
   (a user's module may import torch, train at import time, or fail). A ``def``, ``class``,
   assignment or import of the name counts; a module with no Python source (compiled) or a
   ``from x import *`` that may provide the name leaves the check undecided, with a note.
+- The objectives and constraints name metrics the trainer reports, where its names are known
+  (:mod:`dvt_hpo.known_metrics`).
 - The storage driver is installed and the GPUs named in ``trials.devices`` exist.
 - For the built-in trainer, its own config: ``model.builder`` (also each searched choice) is a
   built-in builder or a ``package.module:function`` found by the same rule;
@@ -29,6 +31,7 @@ from dvt_hpo import import_path
 from dvt_hpo.command_template import placeholders
 from dvt_hpo.exceptions import SpecError
 from dvt_hpo.hints import did_you_mean
+from dvt_hpo.known_metrics import check_known_metrics
 from dvt_hpo.spec.model import BUILTIN_ENTRYPOINT, StudySpec
 from dvt_hpo.spec.source import Doc, Key
 
@@ -185,6 +188,7 @@ def check_runnable(doc: Doc, spec: StudySpec) -> None:
         check_executable(doc, spec.trainer.command, folder)
     else:
         _check_callable(doc, ("trainer", "entrypoint"), entrypoint, folder, "the entry point")
+        check_known_metrics(doc, spec)
     for i, name in enumerate(spec.trials.preload):
         if not import_path.find_module(name, folder):
             raise doc.error(

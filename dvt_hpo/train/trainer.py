@@ -48,6 +48,7 @@ from dvt_hpo.train.config import (
 )
 from dvt_hpo.train.data import DataBundle, build_data
 from dvt_hpo.train.measure import TrialMeasures
+from dvt_hpo.train.metric_names import LEARNED
 from dvt_hpo.train.models import build_model
 
 __all__ = [
@@ -64,7 +65,8 @@ __all__ = [
 
 log = logging.getLogger("dvt_hpo.train")
 
-REPORTED_METRICS = ("loss", "train_loss", "accuracy", "macro_f1")
+# One list with validate's check of the objective (dvt_hpo.known_metrics).
+REPORTED_METRICS = LEARNED
 _AMP_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
