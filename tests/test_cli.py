@@ -498,6 +498,26 @@ def test_max_failures_stops_the_study_with_exit_1(
     assert [t.state.name for t in stored_trials(path)] == ["FAIL", "FAIL"]
 
 
+@pytest.mark.processes
+def test_trials_failing_alike_with_a_value_of_their_own_stop_the_run(
+    write_study: Callable[..., Path], tmp_path: Path
+) -> None:
+    # ValueError("bad lr " + lr): the message differs per trial, the failure does not.
+    doc = toy_study("alike", study={"n_trials": 6})
+    doc["trainer"]["config"] = {"actions": [{"do": "raise", "type": "ValueError", "message": 0}]}
+    doc["search_space"] = [
+        {"name": "lr", "path": "actions[0].message", "kind": "float", "low": 0.001, "high": 0.1}
+    ]
+    path = write_study(doc)
+
+    result = run_cli("run", "study.yaml", cwd=tmp_path)
+
+    assert result.code == EXIT_FAILURE, result.out + result.err
+    assert "all failed alike" in result.err, result.err
+    assert [s for _, s, _ in result.trials()] == ["FAIL"] * 3, result.out
+    assert len(stored_trials(path)) == 3
+
+
 # ---------------------------------------------------------------------------------------------
 # best
 
