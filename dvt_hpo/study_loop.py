@@ -247,7 +247,7 @@ class StudyRunner:
                 + (f"{n_done}/{n_trials} trials done, " if n_trials else f"{n_done} done, ")
                 + f"{spec.trials.parallel} at a time"
             )
-            self.out(run_messages.dashboard_hint(spec.study.storage))
+            self.out(run_messages.dashboard_hint(spec.path, spec.overrides))
             stop_message = self._loop()
             self.print_summary()
             if stop_message is None:
@@ -522,6 +522,7 @@ class StudyRunner:
             self.spec.path,
             study_name=self.spec.study.name,
             constraints=[c.metric for c in self.spec.objective.constraints],
+            overrides=self.spec.overrides,
         ):
             self.out(line)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -516,6 +517,34 @@ def test_trials_failing_alike_with_a_value_of_their_own_stop_the_run(
     assert "all failed alike" in result.err, result.err
     assert [s for _, s, _ in result.trials()] == ["FAIL"] * 3, result.out
     assert len(stored_trials(path)) == 3
+
+
+@pytest.mark.processes
+def test_printed_follow_ups_name_the_same_study(
+    cli: Callable[..., Result], write_study: Callable[..., Path], tmp_path: Path
+) -> None:
+    doc = toy_study("in-the-file", study={"n_trials": 10})
+    doc["trainer"]["config"] = {"actions": [{"do": "raise", "message": "boom"}]}
+    write_study(doc)
+    overrides = ["--set", "study.name=other", "--set", "study.n_trials=2"]
+
+    result = cli("run", "study.yaml", *overrides, cwd=tmp_path)
+
+    assert result.code == EXIT_FAILURE, result.err
+    (retry,) = [line for line in result.out.splitlines() if "--retry-failed" in line]
+    argv = shlex.split(retry.split(": ", 1)[1])
+    assert argv == ["dvt-hpo", "run", "study.yaml", *overrides, "--retry-failed"], retry
+    (watch,) = [line for line in result.out.splitlines() if line.startswith("watch it")]
+    assert shlex.split(watch.split(": ", 1)[1]) == [
+        "dvt-hpo",
+        "dashboard",
+        "study.yaml",
+        *overrides,
+    ]
+    # The same overrides give status the run's study and budget.
+    status = cli("status", "study.yaml", *overrides, cwd=tmp_path)
+    assert status.code == EXIT_OK, status.err
+    assert status.out.startswith("study 'other'") and "2/2 trials finished" in status.out
 
 
 # ---------------------------------------------------------------------------------------------
