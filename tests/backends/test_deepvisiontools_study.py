@@ -18,6 +18,8 @@ import optuna
 import pytest
 import yaml
 
+from dvt_hpo.known_metrics import known_for
+from dvt_hpo.spec import load_spec
 from tests.backends.conftest import ENTRYPOINT, REPO_ROOT, SCHEMA, needs_dvt
 
 pytestmark = [needs_dvt, pytest.mark.processes, pytest.mark.timeout(900)]
@@ -156,6 +158,11 @@ def test_study_prunes_samples_the_model_and_writes_only_inside_trial_folders(
         assert metrics["macro_f1"] == pytest.approx(metrics["valid/f1/macro"], abs=1e-6)
         assert metrics["macro_f1_foreground"] == pytest.approx(metrics["valid/f1/cls1"], abs=1e-6)
         assert metrics["epochs_run"] == 3
+        # What validate knows ahead is what a trial reports (issue 18, item 1).
+        known = known_for(load_spec(study_path))
+        assert known is not None
+        assert {k for k in metrics if "/" not in k} == known.epoch | known.final
+        assert all(k.startswith(known.open_prefixes) for k in metrics if "/" in k)
     for trial in trials:
         # The sampled architecture is the one trained.
         assert trial.user_attrs["n_params"] == unet_params(trial.params["attention"])
