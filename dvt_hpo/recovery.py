@@ -25,13 +25,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dvt_hpo.budget import OVER_BUDGET_ATTR, Attempt, uncounted, uncounted_attempts
 from dvt_hpo.storage import retry_callback, supports_heartbeat
 
 if TYPE_CHECKING:
     import optuna
 
 HEARTBEAT_ATTR = "dvt_hpo:heartbeat"  # journal storages: the trial's last heartbeat (time.time)
-OVER_BUDGET_ATTR = "dvt_hpo:over_budget"  # closed at once: asked past the budget by a race
 
 
 def _state(name: str) -> Any:
@@ -248,11 +248,8 @@ class Ledger:
         """Trials that count, among those numbered below ``below`` (all by default); a FAIL
         counts as superseded only by a copy numbered below ``below`` too."""
         limit = len(self._entries) if below is None else min(below, len(self._entries))
-        uncounted = {n for n in self._over_budget if n < limit}
-        uncounted |= {
-            n for n in self._failed if n < limit and self._superseded_by.get(n, limit) < limit
-        }
-        return limit - len(uncounted)
+        gone = uncounted(self._failed, self._over_budget, self._superseded_by, below=limit)
+        return limit - len(gone)
 
     def budget(self, is_ours: Callable[[int], bool]) -> Budget:
         waiting = foreign = 0
@@ -266,16 +263,18 @@ class Ledger:
 
 
 def counted_numbers(trials: list[optuna.trial.FrozenTrial]) -> set[int]:
-    """The numbers of the trials that count towards ``study.n_trials`` (for summaries)."""
-    superseded: set[int] = set()
-    for t in trials:
-        superseded.update(retry_history(t))
-    return {
-        t.number
+    """The numbers of the trials that count towards ``study.n_trials`` (for summaries), by
+    the rule of :mod:`dvt_hpo.budget`."""
+    gone = uncounted_attempts(
+        Attempt(
+            t.number,
+            t.state.name,
+            bool(t.system_attrs.get(OVER_BUDGET_ATTR)),
+            tuple(retry_history(t)),
+        )
         for t in trials
-        if not t.system_attrs.get(OVER_BUDGET_ATTR)
-        and not (t.state.name == "FAIL" and t.number in superseded)
-    }
+    )
+    return {t.number for t in trials if t.number not in gone}
 
 
 __all__ = [

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from dvt_hpo.budget import OVER_BUDGET_ATTR, RETRY_HISTORY_ATTR, Attempt, uncounted_attempts
 from dvt_hpo.front import no_feasible_message, select_best
 from dvt_hpo.run_messages import fmt_params
 
@@ -25,9 +26,6 @@ if TYPE_CHECKING:
 
     from dvt_hpo.spec import StudySpec
 
-# Written by the runner for a trial closed at once because another worker took the last trial
-# of the budget: not a failure worth showing.
-_OVER_BUDGET_ATTR = "dvt_hpo:over_budget"
 STATES = ("RUNNING", "WAITING", "COMPLETE", "PRUNED", "FAIL")
 
 
@@ -77,9 +75,17 @@ class StudyStatus:
     directions: list[str] = field(default_factory=list)
     front: list[BestTrial] = field(default_factory=list)  # several objectives: feasible front
     no_feasible: str | None = None  # why there is no best although trials completed
+    # Finished trials that do not count towards n_trials (dvt_hpo.budget), by why.
+    not_counted: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def finished(self) -> int:
+        """Finished trials that count towards ``n_trials``: what ``run`` counts."""
+        done = self.counts["COMPLETE"] + self.counts["PRUNED"] + self.counts["FAIL"]
+        return done - sum(self.not_counted.values())
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1, allow_nan=True)
+        return json.dumps({**asdict(self), "finished": self.finished}, indent=1, allow_nan=True)
 
 
 def last_report(trial: optuna.trial.FrozenTrial, metric: str) -> tuple[int | None, float | None]:
@@ -134,6 +140,56 @@ def _counts(storage: Any, study_id: int) -> dict[str, int]:
     return {name: found.get(name, 0) for name in STATES}
 
 
+def _uncounted(storage: Any, study_id: int) -> dict[int, str]:
+    """The trials that do not count towards ``n_trials``, by :mod:`dvt_hpo.budget`'s rule.
+    On RDB storages two small queries: the trials carrying a retry history or the over-budget
+    mark (few), and the numbers of the FAIL trials."""
+    from optuna.trial import TrialState
+
+    engine = getattr(storage, "engine", None)
+    if engine is None:
+        trials = storage.get_all_trials(study_id, deepcopy=False)
+        return uncounted_attempts(
+            Attempt(
+                t.number,
+                t.state.name,
+                bool(t.system_attrs.get(OVER_BUDGET_ATTR)),
+                tuple(t.system_attrs.get(RETRY_HISTORY_ATTR) or ()),
+            )
+            for t in trials
+        )
+    import sqlalchemy
+
+    with engine.connect() as conn:
+        marked = conn.execute(
+            sqlalchemy.text(
+                "SELECT t.number, a.key, a.value_json FROM trial_system_attributes a "
+                "JOIN trials t ON t.trial_id = a.trial_id "
+                "WHERE t.study_id = :sid AND a.key IN (:retries, :over)"
+            ),
+            {"sid": study_id, "retries": RETRY_HISTORY_ATTR, "over": OVER_BUDGET_ATTR},
+        ).all()
+        if not marked:
+            return {}
+        failed = conn.execute(
+            sqlalchemy.text("SELECT number FROM trials WHERE study_id = :sid AND state = :fail"),
+            {"sid": study_id, "fail": TrialState.FAIL.name},
+        ).all()
+    retries: dict[int, tuple[int, ...]] = {}
+    over: set[int] = set()
+    for number, key, value in marked:
+        if key == RETRY_HISTORY_ATTR:
+            retries[int(number)] = tuple(int(n) for n in json.loads(value) or ())
+        elif json.loads(value):
+            over.add(int(number))
+    fails = {int(n) for (n,) in failed}
+    numbers = fails | over | set(retries)
+    return uncounted_attempts(
+        Attempt(n, "FAIL" if n in fails else "OTHER", n in over, retries.get(n, ()))
+        for n in numbers
+    )
+
+
 def _last_failed(storage: Any, study_id: int, n: int) -> list[optuna.trial.FrozenTrial]:
     from optuna.trial import TrialState
 
@@ -153,7 +209,8 @@ def _last_failed(storage: Any, study_id: int, n: int) -> list[optuna.trial.Froze
                 {"sid": study_id, "n": 4 * n},
             ).all()
         failed = [storage.get_trial(trial_id) for (trial_id,) in ids]
-    failed = [t for t in failed if not t.system_attrs.get(_OVER_BUDGET_ATTR)]
+    # A trial closed as over budget is not a failure worth showing.
+    failed = [t for t in failed if not t.system_attrs.get(OVER_BUDGET_ATTR)]
     failed.sort(key=lambda t: (t.datetime_complete or datetime.min, t.number), reverse=True)
     return failed[:n]
 
@@ -168,6 +225,9 @@ def read_status(
     from dvt_hpo.storage import redact_url
 
     counts = _counts(storage, study_id)
+    not_counted: dict[str, int] = {}
+    for why in _uncounted(storage, study_id).values():
+        not_counted[why] = not_counted.get(why, 0) + 1
 
     best: BestTrial | None = None
     front: list[BestTrial] = []
@@ -234,6 +294,7 @@ def read_status(
         directions=list(objective.directions),
         front=front,
         no_feasible=no_feasible,
+        not_counted=not_counted,
     )
 
 
@@ -257,7 +318,7 @@ def _fmt_elapsed(seconds: float) -> str:
 
 def format_status(status: StudyStatus) -> str:
     counts = status.counts
-    finished = counts["COMPLETE"] + counts["PRUNED"] + counts["FAIL"]
+    finished = status.finished
     budget = f"{finished}/{status.n_trials}" if status.n_trials is not None else f"{finished}"
     pairs = zip(
         status.directions or [status.direction], status.metrics or [status.metric], strict=True
@@ -265,7 +326,9 @@ def format_status(status: StudyStatus) -> str:
     lines = [
         f"study {status.study!r} on {status.storage}: {budget} trials finished, "
         + ", ".join(f"{d} {m}" for d, m in pairs),
-        "  " + ", ".join(f"{n} {s.lower()}" for s, n in counts.items()),
+        "  "
+        + ", ".join(f"{n} {s.lower()}" for s, n in counts.items())
+        + "".join(f"; {n} {why} (not counted)" for why, n in status.not_counted.items()),
     ]
     names = status.metrics or [status.metric]
     if status.no_feasible is not None:

@@ -26,7 +26,9 @@ from dvt_hpo.events import (
 )
 from dvt_hpo.process_tree import wait_gone
 from dvt_hpo.spec import load_spec
+from dvt_hpo.status import format_status, read_status
 from dvt_hpo.study_loop import StudyRunner, StudyStopped
+from dvt_hpo.study_reader import open_existing_storage
 from tests.conftest import toy_study
 from tests.entrypoints.dropped import deliver_in_weakref_callback
 
@@ -515,6 +517,10 @@ def test_retry_failed_reruns_each_failed_trial_once_within_n_trials(
     assert "--retry-failed: no failed trial to retry" in again
     assert any("already has 2/2 trials" in line for line in again)
     assert len(optuna.load_study(study_name=unique_name, storage=spec.study.storage).trials) == 4
+    # status counts the budget as run does (issue 18, item 4), not 4/2.
+    status = read_status(*open_existing_storage(spec), spec)
+    assert status.finished == 2 and "2/2 trials finished" in format_status(status)
+    assert "2 failed and retried (not counted)" in format_status(status)
 
 
 def test_an_unusable_runs_dir_is_bad_input_before_the_study_is_written(
