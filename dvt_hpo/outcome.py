@@ -102,6 +102,26 @@ def describe_exit(returncode: int | None) -> str:
     return describe(returncode)
 
 
+def pruned_reason(step: int, pruner: str | None = None) -> str:
+    """``pruned at step 3 by MedianPruner`` (``pruner``: the study's ``study.pruner.kind``)."""
+    from dvt_hpo.optuna_factory import PRUNER_CLASSES
+
+    by = f" by {PRUNER_CLASSES.get(pruner, pruner)}" if pruner else ""
+    return f"pruned at step {step}{by}"
+
+
+def reason_of(state: str, user_attrs: Mapping[str, Any]) -> str | None:
+    """The reason a finished trial shows (report, status): its ``reason`` attr; a pruned trial
+    recorded before it had one reads as pruned from its ``pruned_step``."""
+    reason = user_attrs.get("reason")
+    if isinstance(reason, str) and reason:
+        return reason
+    step = user_attrs.get("pruned_step")
+    if state == "PRUNED" and isinstance(step, int):
+        return pruned_reason(step)
+    return None
+
+
 def diverged_reason(step: int, metric: str, value: float) -> str:
     return f"diverged at step {step} ({metric}={value})"
 
@@ -134,8 +154,10 @@ def classify(
     history: History = (),
     rank_errors: Sequence[Mapping[str, Any]] = (),
     limits: Limits = Limits(),
+    pruner: str | None = None,
 ) -> Outcome:
-    """The outcome of one finished trial process (see the module's rules)."""
+    """The outcome of one finished trial process (see the module's rules); ``pruner``: the
+    study's pruner kind, named in a pruned trial's reason."""
     if flags.protocol_error is not None:
         return Outcome("FAIL", "failed", reason=flags.protocol_error)
     if flags.diverged is not None:
@@ -154,7 +176,7 @@ def classify(
         return Outcome(
             "PRUNED",
             "pruned",
-            reason=f"pruned at step {flags.pruned_step}",
+            reason=pruned_reason(flags.pruned_step, pruner),
             constraints=pruned.constraints,
         )
 
@@ -223,6 +245,8 @@ __all__ = [
     "Phase",
     "classify",
     "diverged_reason",
+    "pruned_reason",
+    "reason_of",
     "first_error",
     "reduce_history",
 ]

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.budget import OVER_BUDGET_ATTR, RETRY_HISTORY_ATTR, Attempt, uncounted_attempts
 from dvt_hpo.front import no_feasible_message, select_best
+from dvt_hpo.outcome import reason_of
 from dvt_hpo.run_messages import fmt_params
 
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ class StudyStatus:
     directions: list[str] = field(default_factory=list)
     front: list[BestTrial] = field(default_factory=list)  # several objectives: feasible front
     no_feasible: str | None = None  # why there is no best although trials completed
+    pruned: list[FailedTrial] = field(default_factory=list)  # the last pruned, newest first
     # Finished trials that do not count towards n_trials (dvt_hpo.budget), by why.
     not_counted: dict[str, int] = field(default_factory=dict)
 
@@ -190,12 +192,15 @@ def _uncounted(storage: Any, study_id: int) -> dict[int, str]:
     )
 
 
-def _last_failed(storage: Any, study_id: int, n: int) -> list[optuna.trial.FrozenTrial]:
+def _last_failed(
+    storage: Any, study_id: int, n: int, state: str = "FAIL"
+) -> list[optuna.trial.FrozenTrial]:
+    """The last ``n`` trials that ended in ``state`` (FAIL: over-budget closures left out)."""
     from optuna.trial import TrialState
 
     engine = getattr(storage, "engine", None)
     if engine is None:
-        failed = storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.FAIL,))
+        failed = storage.get_all_trials(study_id, deepcopy=False, states=(TrialState[state],))
     else:
         import sqlalchemy
 
@@ -203,10 +208,10 @@ def _last_failed(storage: Any, study_id: int, n: int) -> list[optuna.trial.Froze
         with engine.connect() as conn:
             ids = conn.execute(
                 sqlalchemy.text(
-                    "SELECT trial_id FROM trials WHERE study_id = :sid AND state = 'FAIL' "
+                    "SELECT trial_id FROM trials WHERE study_id = :sid AND state = :state "
                     "ORDER BY datetime_complete DESC, number DESC LIMIT :n"
                 ),
-                {"sid": study_id, "n": 4 * n},
+                {"sid": study_id, "n": 4 * n, "state": state},
             ).all()
         failed = [storage.get_trial(trial_id) for (trial_id,) in ids]
     # A trial closed as over budget is not a failure worth showing.
@@ -216,7 +221,13 @@ def _last_failed(storage: Any, study_id: int, n: int) -> list[optuna.trial.Froze
 
 
 def read_status(
-    storage: Any, study_id: int, spec: StudySpec, *, n_failures: int = 5, now: float | None = None
+    storage: Any,
+    study_id: int,
+    spec: StudySpec,
+    *,
+    n_failures: int = 5,
+    n_pruned: int = 3,
+    now: float | None = None,
 ) -> StudyStatus:
     """The status of study ``study_id`` in ``storage`` (an Optuna storage, not the trial
     cache ``optuna.load_study`` wraps RDB storages in)."""
@@ -271,15 +282,20 @@ def read_status(
         )
     running.sort(key=lambda r: r.number)
 
-    failures = [
-        FailedTrial(
-            t.number,
-            str(t.user_attrs.get("reason") or "no reason recorded"),
-            t.datetime_complete.isoformat(timespec="seconds") if t.datetime_complete else None,
-            t.user_attrs.get("retry_of"),
-        )
-        for t in _last_failed(storage, study_id, n_failures)
-    ]
+    failures, pruned = (
+        [
+            FailedTrial(
+                t.number,
+                reason_of(t.state.name, t.user_attrs) or "no reason recorded",
+                t.datetime_complete.isoformat(timespec="seconds") if t.datetime_complete else None,
+                t.user_attrs.get("retry_of"),
+            )
+            for t in _last_failed(storage, study_id, n, state)
+        ]
+        if counts[state]
+        else []
+        for state, n in (("FAIL", n_failures), ("PRUNED", n_pruned))
+    )
     return StudyStatus(
         study=spec.study.name,
         storage=redact_url(spec.study.storage),
@@ -290,6 +306,7 @@ def read_status(
         best=best,
         running=running,
         failures=failures,
+        pruned=pruned,
         metrics=list(objective.names),
         directions=list(objective.directions),
         front=front,
@@ -361,6 +378,10 @@ def format_status(status: StudyStatus) -> str:
                 f"  trial {r.number:>4}  {_fmt_elapsed(r.elapsed_s)}  {r.host or '?'}  "
                 f"epoch {step}  {reports}  {fmt_params(r.params)}"
             )
+    if status.pruned:
+        lines.append("last pruned:")
+        for p in status.pruned:
+            lines.append(f"  trial {p.number:>4}  {p.finished or '?'}  {p.reason}")
     if status.failures:
         lines.append("last failures:")
         for f in status.failures:

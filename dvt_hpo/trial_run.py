@@ -338,6 +338,7 @@ class TrialRun:
             history=self.history,
             rank_errors=rank_errors,
             limits=Limits(spec.trials.timeout_s, spec.trials.memory_limit),
+            pruner=spec.study.pruner.kind,
         )
         if result and isinstance(result.get("startup_s"), (int, float)):
             # Launch to the entry point's call: what a warm start saves.
@@ -364,6 +365,10 @@ class TrialRun:
             attrs["pruned_step"] = self.pruned_step
         if self.diverged is not None:
             attrs["diverged_step"] = self.diverged[0]
+        if outcome.state == "PRUNED":
+            # Pruning ends the trial process with its own exit code: say which it is.
+            attrs["reason"] = outcome.reason
+            attrs["exit"] = f"pruned ({attrs['exit']})"
         if outcome.state == "FAIL":
             attrs["reason"] = (outcome.reason or "")[:2000]
             tail = launch.tail_lines(self.trial_dir / "stderr.log", _STDERR_TAIL_LINES)

@@ -223,3 +223,15 @@ def test_a_pruned_trial_carries_its_constraint_values() -> None:
     one = Objective("score", "maximize", constraints=(ConstraintSpec("size", max=5.0),))
     outcome = classify(None, None, Flags(pruned_step=1), objective=one, history=TWO_HISTORY[:2])
     assert (outcome.state, outcome.constraints) == ("PRUNED", (-2.0,))
+
+
+def test_a_pruned_trial_reads_as_pruned_by_its_pruner() -> None:
+    from dvt_hpo.outcome import pruned_reason, reason_of
+
+    assert pruned_reason(3, "median") == "pruned at step 3 by MedianPruner"
+    assert reason_of("PRUNED", {"reason": pruned_reason(3, "hyperband")}) == (
+        "pruned at step 3 by HyperbandPruner"
+    )
+    # A trial recorded before pruned trials had a reason still reads as pruned.
+    assert reason_of("PRUNED", {"pruned_step": 2, "exit": "exit code 3"}) == "pruned at step 2"
+    assert reason_of("COMPLETE", {"pruned_step": 2}) is None

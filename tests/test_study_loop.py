@@ -24,6 +24,7 @@ from dvt_hpo.events import (
     TrialReported,
     TrialStarted,
 )
+from dvt_hpo.html_report import write_report
 from dvt_hpo.process_tree import wait_gone
 from dvt_hpo.spec import load_spec
 from dvt_hpo.status import format_status, read_status
@@ -381,7 +382,9 @@ def test_observers_see_the_study_and_a_broken_one_costs_only_warnings(
     assert {n: e.state for n, e in finished.items()} == {0: "COMPLETE", 1: "FAIL", 2: "PRUNED"}
     assert finished[0].value == 0.9 and finished[0].reason is None
     assert "ValueError: trial one breaks" in (finished[1].reason or "")
-    assert finished[2].reason == "pruned at step 0"
+    # Pruned reads as pruned, and by which pruner, everywhere (issue 18, item 6).
+    pruned = "pruned at step 0 by ThresholdPruner"
+    assert finished[2].reason == pruned
     assert finished[0].user_attrs["epochs_reported"] == 2
 
     reported = of(events, TrialReported)
@@ -401,6 +404,13 @@ def test_observers_see_the_study_and_a_broken_one_costs_only_warnings(
     warnings = [line for line in lines if line.startswith("warning: observer Broken.")]
     assert len(warnings) == 3 + 3  # trial_started x3, trial_reported x3 (one line each)
     assert all("tracking server down" in line for line in warnings)
+
+    attrs = study.trials[2].user_attrs
+    assert attrs["reason"] == pruned and attrs["exit"].startswith("pruned (exit code"), attrs
+    text = format_status(read_status(*open_existing_storage(spec), spec))
+    assert "last pruned:\n  trial    2  " in text and f"{pruned}\nlast failures:" in text, text
+    write_report(spec, tmp_path / "report.html")
+    assert f"<td>{pruned}</td>" in (tmp_path / "report.html").read_text()
 
 
 class DropsAnInterrupt(BaseObserver):
