@@ -223,6 +223,13 @@ BAD_CASES = {
         "objective.metric",
         ("trainer.config.eval.latency.enabled: true",),
     ),
+    # MLflow 3 refuses its file store when the run opens it (issue 18, item 5).
+    "MLflow file store": BadCase(
+        TOY_TEXT + "tracking:\n  mlflow: {tracking_uri: mlruns}\n",
+        14,
+        "tracking.mlflow.tracking_uri",
+        ("MLflow's file store", "sqlite:///mlflow.db", "MLFLOW_ALLOW_FILE_STORE=true"),
+    ),
     # Checked against the GPUs visible here; no machine shows 64.
     "GPUs that this machine does not have": BadCase(
         TOY_TEXT + "trials: {devices: 'cuda:63'}\n",

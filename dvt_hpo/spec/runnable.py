@@ -9,6 +9,8 @@
   ``from x import *`` that may provide the name leaves the check undecided, with a note.
 - The objectives and constraints name metrics the trainer reports, where its names are known
   (:mod:`dvt_hpo.known_metrics`).
+- ``tracking.mlflow``: MLflow is installed and accepts the tracking URI
+  (:mod:`dvt_hpo.tracking.check`).
 - The storage driver is installed and the GPUs named in ``trials.devices`` exist.
 - For the built-in trainer, its own config: ``model.builder`` (also each searched choice) is a
   built-in builder or a ``package.module:function`` found by the same rule;
@@ -201,6 +203,13 @@ def check_runnable(doc: Doc, spec: StudySpec) -> None:
         check_storage_driver(spec.study.storage)
     except SpecError as exc:
         raise doc.error(("study", "storage"), exc.message) from None
+    mlflow = spec.tracking.mlflow
+    if mlflow is not None:
+        from dvt_hpo.tracking.check import tracking_problem
+
+        if (problem := tracking_problem(mlflow.tracking_uri)) is not None:
+            key: Key = ("tracking", "mlflow", "tracking_uri")
+            raise doc.error(key if mlflow.tracking_uri else ("tracking", "mlflow"), problem)
     from dvt_hpo.study_setup import runs_dir_problem
 
     if (problem := runs_dir_problem(spec.trials.runs_dir)) is not None:
