@@ -144,6 +144,9 @@ def trial_line(event: TrialFinished, metric: str | Sequence[str]) -> str:
         value += " infeasible"
     bs = event.user_attrs.get("batch_size")
     extra = f" batch={bs}" if isinstance(bs, int) else ""
+    cap = event.user_attrs.get("batch_size_data_cap")
+    if extra and isinstance(cap, int):
+        extra += f" (search capped at the {cap} training samples per process)"
     reason = f" reason: {event.reason}" if event.reason and event.state != "COMPLETE" else ""
     return (
         f"trial {event.number:>3} {event.state:<8} {value:<18} "

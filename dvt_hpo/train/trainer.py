@@ -603,8 +603,14 @@ class Trainer:
             return cfg
         info, device = self.info, self.device
         fits = make_fits(cfg, data.in_shape, data.num_classes, device, ddp=info.enabled)
+        # The probes run on random tensors of any size; the data caps what a batch can hold
+        # (per rank: DistributedSampler pads every rank's share to the same size).
+        samples = math.ceil(len(data.train) / info.world_size)  # type: ignore[arg-type]
         choice = find(
-            fits, device=device_label(device), agree=self._agree if info.enabled else None
+            fits,
+            device=device_label(device),
+            agree=self._agree if info.enabled else None,
+            samples=samples,
         )
         if choice is None:
             return cfg

@@ -185,10 +185,12 @@ def test_study_prunes_samples_the_model_and_writes_only_inside_trial_folders(
     ]
 
 
-@pytest.mark.parametrize(("pruner", "state", "steps"), [
-    (PRUNE_FROZEN, optuna.trial.TrialState.COMPLETE, [0, 1, 2]),
-    # Every trial's training loss is above 0: pruned at epoch 1 (n_warmup_steps).
-    ({**PRUNE_FROZEN, "upper": 0.0}, optuna.trial.TrialState.PRUNED, [0, 1]),
+@pytest.mark.parametrize(("pruner", "state", "steps", "batch_max", "batch", "cap"), [
+    (PRUNE_FROZEN, optuna.trial.TrialState.COMPLETE, [0, 1, 2], 4, 4, None),
+    # Every trial's training loss is above 0: pruned at epoch 1 (n_warmup_steps). And a
+    # batch_size.max the data cannot fill: the search stops at each rank's 8 samples (the
+    # probes sample with replacement, so 64 would "fit").
+    ({**PRUNE_FROZEN, "upper": 0.0}, optuna.trial.TrialState.PRUNED, [0, 1], 64, 8, 8),
 ])  # fmt: skip
 def test_a_two_rank_torchrun_trial(
     tmp_path: Path,
@@ -198,6 +200,9 @@ def test_a_two_rank_torchrun_trial(
     pruner: dict[str, Any],
     state: optuna.trial.TrialState,
     steps: list[int],
+    batch_max: int,
+    batch: int,
+    cap: int | None,
 ) -> None:
     cwd, home = clean_dirs
     # smp keeps resnet18's last two stages when encoder_depth is 3: DDP must be told that
@@ -216,7 +221,7 @@ def test_a_two_rank_torchrun_trial(
         objective=ON_TRAIN_LOSS,
         trials={"launcher": "torchrun", "nproc_per_node": 2},
         # 8 training samples per rank: 2 steps per epoch, as the single-process trials.
-        batch_size={"auto": True, "path": "data.batch_size", "min": 2, "max": 4},
+        batch_size={"auto": True, "path": "data.batch_size", "min": 2, "max": batch_max},
     )  # fmt: skip
     done = dvt_hpo_run(study_path, cwd, home)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -230,6 +235,7 @@ def test_a_two_rank_torchrun_trial(
     result = json.loads((folder / "result.json").read_text())
     assert result["status"] == ("ok" if state == optuna.trial.TrialState.COMPLETE else "pruned")
     assert trial.user_attrs["n_params"] == unet_params(None)
-    # The batch-size search ran on both ranks and agreed (all-reduce MIN) on 4.
-    assert trial.user_attrs["batch_size"] == 4
+    # The batch-size search ran on both ranks and agreed (all-reduce MIN).
+    assert trial.user_attrs["batch_size"] == batch
+    assert trial.user_attrs.get("batch_size_data_cap") == cap
     assert list(home.iterdir()) == [] and list(cwd.iterdir()) == []
