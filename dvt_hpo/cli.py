@@ -109,8 +109,14 @@ def build_parser() -> argparse.ArgumentParser:
         "with several objectives",
     )
 
-    train = sub.add_parser("train", help="train one trainer config (built-in trainer)")
-    train.add_argument("config", type=Path, help="a TrainerConfig YAML file")
+    train = sub.add_parser(
+        "train",
+        help="train one trainer config (built-in trainer), or rerun a command trainer's "
+        "best --export",
+    )
+    train.add_argument(
+        "config", type=Path, help="a TrainerConfig YAML file, or a command trainer's export"
+    )
     _add_overrides(train)
 
     status = sub.add_parser("status", help="counts, best, running trials and last failures")
@@ -243,11 +249,16 @@ def _cmd_best(args: argparse.Namespace) -> int:
     )
     if args.export is not None:
         config, as_ran = best_config(spec, study, storage, best)
+        if spec.trainer.command is not None:
+            from dvt_hpo.command_export import command_export
+
+            # A command trainer has no config to train: its export is the trial's command.
+            config = command_export(spec, best, config, args.export)
         try:
             write_text_atomic(args.export, yaml.safe_dump(config, sort_keys=False))
         except OSError as exc:
             raise DvtHpoError(f"cannot write --export {args.export}: {exc.strerror}") from None
-        print(f"wrote {args.export}")
+        print(f"wrote {args.export}; rerun the trial with: dvt-hpo train {args.export}")
         if not as_ran:
             print(
                 f"note: trial {best.number} ran before dvt-hpo stored trial configs: its config "
@@ -276,8 +287,18 @@ def _check_export_path(path: Path) -> None:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    from dvt_hpo.command_export import read_command_export, run_command_export
     from dvt_hpo.train import train_file
 
+    export = read_command_export(args.config)
+    if export is not None:  # a command trainer's `best --export`
+        if args.overrides:
+            raise SpecError(
+                "a command export takes no --set: edit its command in the file",
+                file=f"--set {args.overrides[0]}",
+            )
+        run_command_export(export)
+        return EXIT_OK
     train_file(args.config, args.overrides)
     return EXIT_OK
 

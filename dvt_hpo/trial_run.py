@@ -269,6 +269,7 @@ class TrialRun:
             env = launch.trial_env(
                 self.loop.child_env, self.slot, server.path, spec.trials.memory_limit
             )
+            threads = env.get("OMP_NUM_THREADS", "")
             self._set_attrs(
                 {"log_dir": str(self.trial_dir), "host": socket.gethostname()}
                 | (
@@ -276,6 +277,9 @@ class TrialRun:
                     if self.slot.cuda_visible_devices is not None
                     else {}
                 )
+                # The CPU threads it got (a trainer may record what it really used): `best
+                # --export` carries them, as a thread count changes the numbers.
+                | ({"threads": int(threads)} if threads.isdigit() else {})
             )
             env[ENV_LAUNCHED] = repr(time.time())
             self.process = self.loop.launcher.start(payload_path, env, self.trial_dir)

@@ -689,6 +689,40 @@ def test_best_export_then_train_round_trip(
 
 
 @pytest.mark.processes
+def test_best_export_reruns_to_the_trial_value(cli: Callable[..., Result], tmp_path: Path) -> None:
+    # Two trials at a time: each gets 1 CPU thread of this machine's cores; `train` would take
+    # them all, and a thread count changes the float sums (issue 18, item 7).
+    study_file = tmp_path / "quickstart.yaml"
+    shutil.copy(QUICKSTART, study_file)
+    overrides = ("study.n_trials=1", "trainer.config.epochs=2", "trials.parallel=2")
+    sets = [a for o in overrides for a in ("--set", o)]
+    ran = run_cli("run", study_file, *sets, cwd=tmp_path)
+    assert ran.code == EXIT_OK, ran.out + ran.err
+    trial = stored_trials(study_file, *overrides)[0]
+    exported = tmp_path / "best.yaml"
+    assert cli("best", study_file, *sets, "--export", exported).code == EXIT_OK
+    config = yaml.safe_load(exported.read_text())
+    assert config["devices"]["threads"] == trial.user_attrs["threads"] == 1
+    assert (config["checkpoint"]["monitor"], config["checkpoint"]["mode"]) == ("macro_f1", "max")
+
+    out = tmp_path / "train-out"
+    trained = run_cli("train", exported, "--set", f"output_dir={out}", cwd=tmp_path)
+
+    assert trained.code == EXIT_OK, trained.err
+    (summary,) = [line for line in trained.out.splitlines() if line.startswith("done:")]
+    step = max(trial.intermediate_values, key=lambda s: (trial.intermediate_values[s], -s))
+    assert summary == (
+        f"done: best epoch {step} of 2, macro_f1={trial.value:.6f} (checkpoint.monitor, max); "
+        f"checkpoint {out / 'checkpoints' / 'best.pt'}"
+    ), trained.out
+    # The very numbers: the validation loss of that epoch, to the last bit.
+    import torch
+
+    saved = torch.load(out / "checkpoints" / "best.pt", weights_only=False)["metrics"]
+    assert [saved["loss"]] == [v for s, v in trial.user_attrs["history"]["loss"] if s == step]
+
+
+@pytest.mark.processes
 def test_train_reads_yaml_numbers_as_the_study_file_does(
     cli: Callable[..., Result], tmp_path: Path
 ) -> None:

@@ -150,6 +150,18 @@ def set_threads_from_env() -> None:
         torch.set_num_threads(int(threads))
 
 
+def set_runtime(cfg: TrainerConfig) -> None:
+    """What changes numbers besides the seed: the thread count (``devices.threads``, else the
+    slot's ``OMP_NUM_THREADS``) and ``deterministic``."""
+    if cfg.devices.threads is not None:
+        torch.set_num_threads(cfg.devices.threads)
+    else:
+        set_threads_from_env()
+    if cfg.deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.backends.cudnn.benchmark = False
+
+
 # --------------------------------------------------------------------------------------------
 # Optimizer, scheduler, precision, EMA
 
@@ -454,7 +466,7 @@ class Trainer:
         self._chief_stopped = False  # the chief left early (pruned or failed in ctx.report)
 
     def fit(self) -> dict[str, float]:
-        set_threads_from_env()
+        set_runtime(self.cfg)
         info = dist_info_from_env(self.cfg.devices.strategy)
         device = resolve_device(self.cfg.devices.device, info)
         self.info, self.device = info, device
@@ -512,7 +524,8 @@ class Trainer:
         measures = TrialMeasures(raw_model, device, cfg.eval.latency)
         set_attrs = getattr(self.ctx, "set_user_attrs", None)
         if set_attrs is not None:
-            set_attrs({"n_params": measures.n_params})
+            # What the trial ran with that changes its numbers, for `best --export` to rerun.
+            set_attrs({"n_params": measures.n_params, "threads": torch.get_num_threads()})
         log.info(
             "training %s on %s x%d, batch %d x %d accumulated, %d epochs",
             cfg.model.builder,
