@@ -53,6 +53,11 @@ _log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+# How often a run with no trial of its own running re-reads the study while other workers'
+# trials run (one small query of the unfinished trials).
+FOREIGN_POLL_S = 1.0
+
+
 class StudyStopped(DvtHpoError):
     """The study stopped itself (e.g. ``study.max_failures`` reached): exit code 1."""
 
@@ -327,6 +332,11 @@ class StudyRunner:
                 # Bounded, so that retries enqueued by the heartbeat reconciliation (and the
                 # study deadline) are noticed while trials run.
                 wait_s = float(spec.study.heartbeat_interval_s)
+                if launching and foreign and not self.running:
+                    # Only other workers' trials run: notice their end within about a second,
+                    # so that a worker with nothing left exits then (with --workers K, the
+                    # last one's siblings otherwise sat idle a whole heartbeat interval).
+                    wait_s = min(wait_s, FOREIGN_POLL_S)
                 if launching and deadline is not None:
                     wait_s = min(wait_s, max(0.0, deadline - time.monotonic()))
                 outcome = stop_signals.get(self.events, wait_s)

@@ -80,6 +80,30 @@ def worker_command(
     return argv, env
 
 
+def oversubscription(
+    spec: StudySpec, workers: int, slots: Sequence[Sequence[Slot]], cores: int | None = None
+) -> str | None:
+    """The warning for ``workers`` whose trials together ask for more CPU threads than the
+    machine has cores: they then compete for the CPU and the run can be slower than one
+    orchestrator (2 workers x 2 trials on 2 cores: 27 s against 16 s)."""
+    cores = cores if cores is not None else len(os.sched_getaffinity(0))
+    env_threads = os.environ.get("OMP_NUM_THREADS", "")
+    threads = int(env_threads) if env_threads.isdigit() and int(env_threads) > 0 else None
+    if threads is None:
+        threads = max((s.omp_num_threads or 1) for block in slots for s in block)
+    parallel, nproc = spec.trials.parallel, spec.trials.nproc_per_node
+    total = workers * parallel * nproc * threads
+    if total <= cores:
+        return None
+    procs = f" x {nproc} processes" if nproc > 1 else ""
+    return (
+        f"warning: {workers} workers x {parallel} trial(s) at a time{procs} x {threads} CPU "
+        f"thread(s) = {total} threads on {cores} cores: the trials compete for the CPU and "
+        "this can be slower than one orchestrator; use fewer --workers or a lower "
+        "trials.parallel"
+    )
+
+
 def _relay(stream: IO[bytes], prefix: str, out: Callable[[str], None]) -> None:
     for raw in iter(stream.readline, b""):
         out(f"{prefix} {raw.decode('utf-8', errors='replace').rstrip()}")
@@ -105,7 +129,10 @@ def run_workers(
 
     procs: list[subprocess.Popen[bytes]] = []
     relays: list[threading.Thread] = []
-    for i, slots in enumerate(worker_slots(spec, workers), start=1):
+    blocks = worker_slots(spec, workers)
+    if (warning := oversubscription(spec, workers, blocks)) is not None:
+        print(warning, file=sys.stderr, flush=True)
+    for i, slots in enumerate(blocks, start=1):
         # Failed trials are enqueued again once, by the first worker; any worker runs them.
         argv, env = worker_command(
             spec.path, overrides, slots, allow_space_change, retry_failed and i == 1
@@ -148,4 +175,4 @@ def run_workers(
     return 0
 
 
-__all__ = ["run_workers", "worker_command", "worker_slots"]
+__all__ = ["oversubscription", "run_workers", "worker_command", "worker_slots"]
