@@ -16,6 +16,7 @@ from typing import Literal
 from dvt_hpo.devices import Slot
 from dvt_hpo.process_tree import TrialProcess, spawner_popen
 from dvt_hpo.protocol import ENV_CONTROL, ENV_MEMORY_LIMIT
+from dvt_hpo.strays import ENV_TRIAL_TOKEN, new_token
 from dvt_hpo.warm import TemplateUnavailable, WarmTemplate
 
 WORKER_MODULE = "dvt_hpo.worker"
@@ -150,6 +151,8 @@ def trial_env(
         env["OMP_NUM_THREADS"] = str(slot.omp_num_threads)
         env.setdefault("MKL_NUM_THREADS", str(slot.omp_num_threads))
     env.setdefault("PYTHONUNBUFFERED", "1")
+    # Inherited by everything the trial starts: its strays are found by it (dvt_hpo.strays).
+    env[ENV_TRIAL_TOKEN] = new_token()
     return env
 
 

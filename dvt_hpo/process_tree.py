@@ -5,7 +5,9 @@ Stdlib only: the orchestrator imports this and must never import torch.
 Every trial runs in its own session (``start_new_session=True``), so its process group holds the
 trial's leader and everything it forks (dataloader workers, ...): a stop signals the whole group,
 never the orchestrator. torchrun puts each rank in a session of its own; :meth:`TrialProcess.stop`
-finds those through the process tree (``/proc``) and stops their groups too.
+finds those through the process tree (``/proc``) and stops their groups too. Processes that
+left the trial's group and tree (a child started in a session of its own, orphaned) are found
+by the trial's token in their environment (:mod:`dvt_hpo.strays`) and stopped when it ends.
 """
 
 from __future__ import annotations
@@ -26,13 +28,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from dvt_hpo.logcap import LogPump, open_pumped
+from dvt_hpo.strays import ENV_TRIAL_TOKEN, stop_strays
 
 if TYPE_CHECKING:
     from dvt_hpo.warm import WarmTemplate
 
 # After SIGKILL only an uninterruptible (D-state) process can linger; do not hang on it.
 _KILL_WAIT_S = 10.0
-# How long a finished trial's log pipes may take to drain into their files.
+# How long a finished trial's log pumps may take to copy what is buffered into their files
+# (they no longer wait for end of file: see TrialProcess._drain_logs).
 _LOG_DRAIN_S = 5.0
 
 
@@ -327,10 +331,19 @@ class TrialProcess:
     reaches the log files through pipes, capped at ``log_limit`` bytes per stream
     (:mod:`dvt_hpo.logcap`)."""
 
-    def __init__(self, leader: _Leader, pumps: Sequence[LogPump] = (), *, warm: bool = False):
+    def __init__(
+        self,
+        leader: _Leader,
+        pumps: Sequence[LogPump] = (),
+        *,
+        warm: bool = False,
+        token: str | None = None,
+    ):
         self._leader = leader
         self._pumps = list(pumps)
         self.warm = warm
+        self.token = token  # ENV_TRIAL_TOKEN: finds the processes that left its group
+        self.strays: list[int] = []  # those stopped when it ended
         self.pid = leader.pid
         self.pgid = leader.pid  # a session of its own: the leader leads its own group
         self.started_s = time.perf_counter()
@@ -367,7 +380,7 @@ class TrialProcess:
         finally:
             os.close(out_fd)
             os.close(err_fd)
-        return cls(_PopenLeader(popen), pumps)
+        return cls(_PopenLeader(popen), pumps, token=env.get(ENV_TRIAL_TOKEN))
 
     @classmethod
     def start_warm(
@@ -394,7 +407,7 @@ class TrialProcess:
             raise
         os.close(out_fd)
         os.close(err_fd)
-        return cls(child, pumps, warm=True)
+        return cls(child, pumps, warm=True, token=env.get(ENV_TRIAL_TOKEN))
 
     @property
     def returncode(self) -> int | None:
@@ -425,14 +438,23 @@ class TrialProcess:
                 # The next trial on this slot must not meet this one's dataloader workers
                 # (or their GPU memory): wait until they are really gone.
                 wait_gone(group_members(self.pgid), _KILL_WAIT_S)
+                # And what left the group (its own session) with the trial's token.
+                self.strays = stop_strays(self.token)
                 if self.gone_s is None:
                     self.gone_s = time.perf_counter()
         code = self._leader.reap()
-        for pump in self._pumps:
-            # A process of another session (a torchrun rank) may still hold the pipe until
-            # stop() kills it: bounded.
-            pump.join(_LOG_DRAIN_S)
+        self._drain_logs()
         return code
+
+    def _drain_logs(self) -> None:
+        """Copy what the trial wrote into its logs, without waiting for end of file: a
+        process it left behind that still holds the pipes (another user's, or one not found)
+        must not add seconds to the trial."""
+        for pump in self._pumps:
+            pump.finish()
+        deadline = time.monotonic() + _LOG_DRAIN_S
+        for pump in self._pumps:
+            pump.join(max(0.0, deadline - time.monotonic()))
 
     def stop(self, grace_s: float) -> StopOutcome:
         """SIGTERM the trial, wait up to ``grace_s``, then SIGKILL; reap; wait until gone.
@@ -463,8 +485,8 @@ class TrialProcess:
         self._signal(groups, signal.SIGKILL)
         members = {pid for pgid in groups for pid in group_members(pgid)}
         all_gone = wait_gone(members, _KILL_WAIT_S)
-        for pump in self._pumps:
-            pump.join(_LOG_DRAIN_S)
+        self.strays += [pid for pid in stop_strays(self.token) if pid not in self.strays]
+        self._drain_logs()
         self.gone_s = time.perf_counter()
         return StopOutcome(code, how, self.gone_s - t0, all_gone)
 

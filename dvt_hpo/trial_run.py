@@ -367,6 +367,10 @@ class TrialRun:
             attrs["history"] = history_attr(self.history)
         if self.pruned_step is not None:
             attrs["pruned_step"] = self.pruned_step
+        strays = getattr(self.process, "strays", None)
+        if strays:
+            # Processes that left the trial's group, found by its token and stopped.
+            attrs["strays_stopped"] = list(strays)
         if self.diverged is not None:
             attrs["diverged_step"] = self.diverged[0]
         if outcome.state == "PRUNED":

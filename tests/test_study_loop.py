@@ -25,7 +25,7 @@ from dvt_hpo.events import (
     TrialStarted,
 )
 from dvt_hpo.html_report import write_report
-from dvt_hpo.process_tree import wait_gone
+from dvt_hpo.process_tree import pid_alive, wait_gone
 from dvt_hpo.spec import load_spec
 from dvt_hpo.status import format_status, read_status
 from dvt_hpo.study_loop import StudyRunner, StudyStopped
@@ -183,6 +183,28 @@ def test_a_pruned_trial_stops_at_the_pruned_step_and_its_processes_are_gone(
     assert trial.user_attrs["pruned_step"] == 0
     child = trial.user_attrs["child_pid"]
     assert wait_gone([child], timeout_s=5), "the trial's child process outlived the prune"
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+def test_a_child_that_left_the_trial_group_ends_with_the_trial(
+    write_study: Callable[..., Path], unique_name: str, warm: bool
+) -> None:
+    # start_new_session=True: out of the trial's process group, which a stop signals, and
+    # holding the trial's stdout and stderr pipes (issue 18, item 10).
+    doc = toy(
+        unique_name,
+        [{"do": "spawn", "seconds": 120, "new_session": True}, {"do": "curve", "values": [0.5]}],
+        trials={"warm": warm},
+    )
+    doc["study"]["n_trials"] = 1
+    (trial,) = run(write_study(doc)).trials
+    assert trial.state == State.COMPLETE, trial.user_attrs
+    child = trial.user_attrs["child_pid"]
+    # Stopped before the trial was recorded, not left to run on under init.
+    assert not pid_alive(child)
+    assert trial.user_attrs["strays_stopped"] == [child]
+    # The pipes it held added nothing (two 5 s waits for their end of file before).
+    assert trial.user_attrs["duration_s"] < 5, trial.user_attrs
 
 
 def test_parallel_trials_run_at_the_same_time(
