@@ -99,8 +99,10 @@ class SyntheticConfig:
     num_samples: int = 1024
     num_classes: int = 10
     channels: int = 3
+    noise: float = 1.0  # the noise's standard deviation; the patterns' is 1 (higher: harder)
 
     def __post_init__(self) -> None:
+        _require(self.noise >= 0, "noise", f"expected >= 0, got {self.noise}")
         _require(self.num_samples >= 2, "num_samples", f"expected >= 2, got {self.num_samples}")
         _require(self.num_classes >= 2, "num_classes", f"expected >= 2, got {self.num_classes}")
         _require(self.channels >= 1, "channels", f"expected >= 1, got {self.channels}")
