@@ -168,6 +168,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     spec = load_spec(args.study, args.overrides, check_runnable=True)
     # Before the storage is opened for writing: a refused run writes nothing.
     check_stored_study(spec, allow_space_change=args.allow_space_change)
+    spec = _as_the_user_wrote_it(spec)
     if args.workers > 1:
         from dvt_hpo.workers import run_workers
 
@@ -182,6 +183,26 @@ def _cmd_run(args: argparse.Namespace) -> int:
         spec, allow_space_change=args.allow_space_change, retry_failed=args.retry_failed
     ).run()
     return EXIT_OK
+
+
+def _as_the_user_wrote_it(spec: StudySpec) -> StudySpec:
+    """A ``--workers`` worker's spec with the user's overrides for the commands it prints
+    (not the device overrides its parent added)."""
+    import dataclasses
+    import json
+
+    from dvt_hpo.workers import ENV_SHOWN_OVERRIDES
+
+    shown = os.environ.get(ENV_SHOWN_OVERRIDES)
+    if shown is None:
+        return spec
+    try:
+        overrides = json.loads(shown)
+    except ValueError:
+        return spec
+    if not (isinstance(overrides, list) and all(isinstance(o, str) for o in overrides)):
+        return spec
+    return dataclasses.replace(spec, overrides=tuple(overrides))
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ and a trial asked past the budget by a racing worker is closed at once, uncounte
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
     from dvt_hpo.spec import StudySpec
 
 EXIT_INTERRUPTED = 130
+# The user's --set overrides, for the follow-up commands a worker prints (JSON list).
+ENV_SHOWN_OVERRIDES = "DVT_HPO_SHOWN_OVERRIDES"
 
 
 def worker_slots(
@@ -65,6 +68,9 @@ def worker_command(
     for override in overrides:
         argv += ["--set", override]
     env = dict(os.environ)
+    # The commands a worker prints name the study as the user did, without the device
+    # overrides added here.
+    env[ENV_SHOWN_OVERRIDES] = json.dumps(list(overrides))
     gpus = [gpu for slot in slots for gpu in slot.gpus]
     if gpus:
         # Its own GPUs, renumbered from 0 inside the worker.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -24,6 +25,8 @@ def test_devices_are_dealt_out_in_blocks(write_study: Callable[..., Path]) -> No
     argv, env = worker_command(spec.path, ["study.n_trials=4"], blocks[1], False)
     assert env["CUDA_VISIBLE_DEVICES"] == "2,3"
     assert argv[-4:] == ["--set", "study.n_trials=4", "--set", "trials.devices=auto"]
+    # What the worker prints names the study as the user did (issue 18, item 3).
+    assert json.loads(env["DVT_HPO_SHOWN_OVERRIDES"]) == ["study.n_trials=4"]
 
 
 def test_cpu_threads_are_shared_among_workers(
@@ -121,3 +124,5 @@ def test_a_worker_with_nothing_left_exits_soon_after_the_last_trial(
     last = max(t.datetime_complete for t in trials if t.datetime_complete is not None)
     # Not a heartbeat interval: a poll of about a second, plus the workers' own exit.
     assert ended - last.timestamp() < 10, (ended - last.timestamp(), out)
+    watch = [line for line in out.splitlines() if "watch it:" in line]
+    assert len(watch) == 2 and not any("--set" in line for line in watch), watch
