@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ import yaml
 
 from dvt_hpo.known_metrics import known_for
 from dvt_hpo.spec import load_spec
-from tests.backends.conftest import ENTRYPOINT, REPO_ROOT, SCHEMA, needs_dvt
+from tests.backends.conftest import ENTRYPOINT, EXAMPLE_DIR, REPO_ROOT, SCHEMA, needs_dvt
 
 pytestmark = [needs_dvt, pytest.mark.processes, pytest.mark.timeout(900)]
 
@@ -239,3 +240,26 @@ def test_a_two_rank_torchrun_trial(
     assert trial.user_attrs["batch_size"] == batch
     assert trial.user_attrs.get("batch_size_data_cap") == cap
     assert list(home.iterdir()) == [] and list(cwd.iterdir()) == []
+
+
+def test_the_example_study_tunes_something(
+    tmp_path: Path, dataset: Path, clean_dirs: tuple[Path, Path]
+) -> None:
+    """studies/deepvisiontools as shipped but 4 trials: its best is clearly better than its
+    worst (issue 18, item 11; tests/test_examples.py does the CPU examples)."""
+    cwd, home = clean_dirs
+    folder = tmp_path / "example"
+    shutil.copytree(EXAMPLE_DIR, folder, ignore=shutil.ignore_patterns("*.db", "runs", "data"))
+    (folder / "data").symlink_to(dataset)  # the demo data its header says to generate
+    env = {**os.environ, "HOME": str(home), "PYTHONPATH": str(REPO_ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "dvt_hpo", "run", str(folder / "study.yaml"),
+         "--set", "study.n_trials=4"],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    study = optuna.load_study(
+        study_name="deepvisiontools-unet", storage=f"sqlite:///{folder / 'deepvisiontools.db'}"
+    )
+    values = [t.value for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(values) >= 2 and max(values) - min(values) >= 0.1, (values, done.stdout)
