@@ -109,8 +109,14 @@ def build_parser() -> argparse.ArgumentParser:
         "with several objectives",
     )
 
-    train = sub.add_parser("train", help="train one trainer config (built-in trainer)")
-    train.add_argument("config", type=Path, help="a TrainerConfig YAML file")
+    train = sub.add_parser(
+        "train",
+        help="train one trainer config (built-in trainer), or rerun a command trainer's "
+        "best --export",
+    )
+    train.add_argument(
+        "config", type=Path, help="a TrainerConfig YAML file, or a command trainer's export"
+    )
     _add_overrides(train)
 
     status = sub.add_parser("status", help="counts, best, running trials and last failures")
@@ -162,6 +168,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     spec = load_runnable(args.study, args.overrides)
     # Before the storage is opened for writing: a refused run writes nothing.
     check_stored_study(spec, allow_space_change=args.allow_space_change)
+    spec = _as_the_user_wrote_it(spec)
     if args.workers > 1:
         from dvt_hpo.study.workers import run_workers
 
@@ -176,6 +183,26 @@ def _cmd_run(args: argparse.Namespace) -> int:
         spec, allow_space_change=args.allow_space_change, retry_failed=args.retry_failed
     ).run()
     return EXIT_OK
+
+
+def _as_the_user_wrote_it(spec: StudySpec) -> StudySpec:
+    """A ``--workers`` worker's spec with the user's overrides for the commands it prints
+    (not the device overrides its parent added)."""
+    import dataclasses
+    import json
+
+    from dvt_hpo.study.workers import ENV_SHOWN_OVERRIDES
+
+    shown = os.environ.get(ENV_SHOWN_OVERRIDES)
+    if shown is None:
+        return spec
+    try:
+        overrides = json.loads(shown)
+    except ValueError:
+        return spec
+    if not (isinstance(overrides, list) and all(isinstance(o, str) for o in overrides)):
+        return spec
+    return dataclasses.replace(spec, overrides=tuple(overrides))
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
@@ -259,11 +286,16 @@ def _cmd_best(args: argparse.Namespace) -> int:
     )
     if args.export is not None:
         config, as_ran = best_config(spec, study, storage, best)
+        if spec.trainer.command is not None:
+            from dvt_hpo.command.export import command_export
+
+            # A command trainer has no config to train: its export is the trial's command.
+            config = command_export(spec, best, config, args.export)
         try:
             write_text_atomic(args.export, yaml.safe_dump(config, sort_keys=False))
         except OSError as exc:
             raise DvtHpoError(f"cannot write --export {args.export}: {exc.strerror}") from None
-        print(f"wrote {args.export}")
+        print(f"wrote {args.export}; rerun the trial with: dvt-hpo train {args.export}")
         if not as_ran:
             print(
                 f"note: trial {best.number} ran before dvt-hpo stored trial configs: its config "
@@ -292,8 +324,18 @@ def _check_export_path(path: Path) -> None:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    from dvt_hpo.command.export import read_command_export, run_command_export
     from dvt_hpo.train import train_file
 
+    export = read_command_export(args.config)
+    if export is not None:  # a command trainer's `best --export`
+        if args.overrides:
+            raise SpecError(
+                "a command export takes no --set: edit its command in the file",
+                file=f"--set {args.overrides[0]}",
+            )
+        run_command_export(export)
+        return EXIT_OK
     train_file(args.config, args.overrides)
     return EXIT_OK
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -184,6 +185,50 @@ BAD_CASES = {
         "study.storage",
         ("pg8000", "pip install"),
         never_says=("secret",),
+    ),
+    # The built-in trainer's metrics are known from its config (issue 18, item 1).
+    "objective the built-in trainer never reports": BadCase(
+        DIGITS_TEXT.replace("optim_arg.lr", "optim_args.lr").replace(
+            "trainer:\n", "objective: {metric: macro_f2, direction: maximize}\ntrainer:\n"
+        ),
+        4,
+        "objective.metric",
+        ("'macro_f2' is never reported by the built-in trainer", "did you mean 'macro_f1'"),
+    ),
+    "one of several objectives never reported": BadCase(
+        DIGITS_TEXT.replace("optim_arg.lr", "optim_args.lr").replace(
+            "trainer:\n",
+            "objective:\n  metrics:\n  - {name: macro_f1}\n  - {name: latency_msec, "
+            "direction: minimize}\ntrainer:\n",
+        ),
+        7,
+        "objective.metrics[1].name",
+        ("did you mean 'latency_ms'",),
+    ),
+    "constraint on a metric never reported": BadCase(
+        DIGITS_TEXT.replace("optim_arg.lr", "optim_args.lr").replace(
+            "trainer:\n",
+            "objective:\n  metric: loss\n  constraints:\n  - {metric: nparams, max: 1.0e6}"
+            "\ntrainer:\n",
+        ),
+        7,
+        "objective.constraints[0].metric",
+        ("did you mean 'n_params'",),
+    ),
+    "latency objective with latency off": BadCase(
+        DIGITS_TEXT.replace("optim_arg.lr", "optim_args.lr")
+        .replace("trainer:\n", "objective: {metric: latency_ms}\ntrainer:\n")
+        .replace("    epochs: 1\n", "    epochs: 1\n    eval: {latency: {enabled: false}}\n"),
+        4,
+        "objective.metric",
+        ("trainer.config.eval.latency.enabled: true",),
+    ),
+    # MLflow 3 refuses its file store when the run opens it (issue 18, item 5).
+    "MLflow file store": BadCase(
+        TOY_TEXT + "tracking:\n  mlflow: {tracking_uri: mlruns}\n",
+        14,
+        "tracking.mlflow.tracking_uri",
+        ("MLflow's file store", "sqlite:///mlflow.db", "MLFLOW_ALLOW_FILE_STORE=true"),
     ),
     # Checked against the GPUs visible here; no machine shows 64.
     "GPUs that this machine does not have": BadCase(
@@ -461,6 +506,54 @@ def test_max_failures_stops_the_study_with_exit_1(
     assert [t.state.name for t in stored_trials(path)] == ["FAIL", "FAIL"]
 
 
+@pytest.mark.processes
+def test_trials_failing_alike_with_a_value_of_their_own_stop_the_run(
+    write_study: Callable[..., Path], tmp_path: Path
+) -> None:
+    # ValueError("bad lr " + lr): the message differs per trial, the failure does not.
+    doc = toy_study("alike", study={"n_trials": 6})
+    doc["trainer"]["config"] = {"actions": [{"do": "raise", "type": "ValueError", "message": 0}]}
+    doc["search_space"] = [
+        {"name": "lr", "path": "actions[0].message", "kind": "float", "low": 0.001, "high": 0.1}
+    ]
+    path = write_study(doc)
+
+    result = run_cli("run", "study.yaml", cwd=tmp_path)
+
+    assert result.code == EXIT_FAILURE, result.out + result.err
+    assert "all failed alike" in result.err, result.err
+    assert [s for _, s, _ in result.trials()] == ["FAIL"] * 3, result.out
+    assert len(stored_trials(path)) == 3
+
+
+@pytest.mark.processes
+def test_printed_follow_ups_name_the_same_study(
+    cli: Callable[..., Result], write_study: Callable[..., Path], tmp_path: Path
+) -> None:
+    doc = toy_study("in-the-file", study={"n_trials": 10})
+    doc["trainer"]["config"] = {"actions": [{"do": "raise", "message": "boom"}]}
+    write_study(doc)
+    overrides = ["--set", "study.name=other", "--set", "study.n_trials=2"]
+
+    result = cli("run", "study.yaml", *overrides, cwd=tmp_path)
+
+    assert result.code == EXIT_FAILURE, result.err
+    (retry,) = [line for line in result.out.splitlines() if "--retry-failed" in line]
+    argv = shlex.split(retry.split(": ", 1)[1])
+    assert argv == ["dvt-hpo", "run", "study.yaml", *overrides, "--retry-failed"], retry
+    (watch,) = [line for line in result.out.splitlines() if line.startswith("watch it")]
+    assert shlex.split(watch.split(": ", 1)[1]) == [
+        "dvt-hpo",
+        "dashboard",
+        "study.yaml",
+        *overrides,
+    ]
+    # The same overrides give status the run's study and budget.
+    status = cli("status", "study.yaml", *overrides, cwd=tmp_path)
+    assert status.code == EXIT_OK, status.err
+    assert status.out.startswith("study 'other'") and "2/2 trials finished" in status.out
+
+
 # ---------------------------------------------------------------------------------------------
 # best
 
@@ -593,6 +686,40 @@ def test_best_export_then_train_round_trip(
     assert trained.code == EXIT_OK, trained.err
     assert re.search(r"^epoch 0: .*macro_f1=", trained.out, re.MULTILINE), trained.out
     assert (output_dir / "checkpoints" / "last.pt").is_file()
+
+
+@pytest.mark.processes
+def test_best_export_reruns_to_the_trial_value(cli: Callable[..., Result], tmp_path: Path) -> None:
+    # Two trials at a time: each gets 1 CPU thread of this machine's cores; `train` would take
+    # them all, and a thread count changes the float sums (issue 18, item 7).
+    study_file = tmp_path / "quickstart.yaml"
+    shutil.copy(QUICKSTART, study_file)
+    overrides = ("study.n_trials=1", "trainer.config.epochs=2", "trials.parallel=2")
+    sets = [a for o in overrides for a in ("--set", o)]
+    ran = run_cli("run", study_file, *sets, cwd=tmp_path)
+    assert ran.code == EXIT_OK, ran.out + ran.err
+    trial = stored_trials(study_file, *overrides)[0]
+    exported = tmp_path / "best.yaml"
+    assert cli("best", study_file, *sets, "--export", exported).code == EXIT_OK
+    config = yaml.safe_load(exported.read_text())
+    assert config["devices"]["threads"] == trial.user_attrs["threads"] == 1
+    assert (config["checkpoint"]["monitor"], config["checkpoint"]["mode"]) == ("macro_f1", "max")
+
+    out = tmp_path / "train-out"
+    trained = run_cli("train", exported, "--set", f"output_dir={out}", cwd=tmp_path)
+
+    assert trained.code == EXIT_OK, trained.err
+    (summary,) = [line for line in trained.out.splitlines() if line.startswith("done:")]
+    step = max(trial.intermediate_values, key=lambda s: (trial.intermediate_values[s], -s))
+    assert summary == (
+        f"done: best epoch {step} of 2, macro_f1={trial.value:.6f} (checkpoint.monitor, max); "
+        f"checkpoint {out / 'checkpoints' / 'best.pt'}"
+    ), trained.out
+    # The very numbers: the validation loss of that epoch, to the last bit.
+    import torch
+
+    saved = torch.load(out / "checkpoints" / "best.pt", weights_only=False)["metrics"]
+    assert [saved["loss"]] == [v for s, v in trial.user_attrs["history"]["loss"] if s == step]
 
 
 @pytest.mark.processes

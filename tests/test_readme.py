@@ -23,3 +23,12 @@ def test_readme_gives_exactly_two_setup_commands_and_ci_runs_the_test_one() -> N
     ci = (ROOT / ".ci" / "run").read_text()
     assert tests in ci.splitlines(), "the README's test command must appear verbatim in .ci/run"
     assert (ROOT / "studies" / "quickstart.yaml").is_file()
+
+
+def test_readme_says_how_to_get_the_cpu_build_of_torch_and_the_venv_size() -> None:
+    readme = (ROOT / "README.md").read_text()
+    setup = readme.split("## Set up and run", 1)[1].split("\n## ", 1)[0]
+    assert "--index-url\nhttps://download.pytorch.org/whl/cpu" in setup or (
+        "--index-url https://download.pytorch.org/whl/cpu" in setup
+    )
+    assert re.search(r"virtualenv is then about [0-9.]+ GB", setup), setup

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from dvt_hpo.process.devices import Slot
+from dvt_hpo.process.strays import ENV_TRIAL_TOKEN, new_token
 from dvt_hpo.process.tree import TrialProcess, spawner_popen
 from dvt_hpo.process.warm import TemplateUnavailable, WarmTemplate
 from dvt_hpo.wire.protocol import ENV_CONTROL, ENV_MEMORY_LIMIT
@@ -153,6 +154,8 @@ def trial_env(
         env["OMP_NUM_THREADS"] = str(slot.omp_num_threads)
         env.setdefault("MKL_NUM_THREADS", str(slot.omp_num_threads))
     env.setdefault("PYTHONUNBUFFERED", "1")
+    # Inherited by everything the trial starts: its strays are found by it (dvt_hpo.process.strays).
+    env[ENV_TRIAL_TOKEN] = new_token()
     return env
 
 

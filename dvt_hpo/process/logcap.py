@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import threading
 import time
 from collections import deque
@@ -106,24 +107,69 @@ class CappedLog:
 
 
 class LogPump:
-    """Copies a pipe's read end into a :class:`CappedLog` on a thread, until end of file."""
+    """Copies a pipe's read end into a :class:`CappedLog` on a thread, until end of file, or
+    until :meth:`finish`: then what is buffered is copied and the pump stops (a process that
+    outlived the trial and still holds the pipe must not keep it waiting)."""
 
     def __init__(self, fd: int, log: CappedLog, name: str) -> None:
         self.fd = fd
         self.log = log
+        self._wake_r, wake_w = os.pipe()
+        self._wake_w: int | None = wake_w
+        self._wake_lock = threading.Lock()
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
+        poller = select.poll()
+        poller.register(self.fd, select.POLLIN | select.POLLHUP)
+        poller.register(self._wake_r, select.POLLIN)
         try:
-            while chunk := os.read(self.fd, 1 << 16):
+            while True:
+                ready = {fd for fd, _ in poller.poll()}
+                if self._wake_r in ready:
+                    self._drain()
+                    return
+                chunk = os.read(self.fd, 1 << 16)
+                if not chunk:
+                    return
                 self.log.write(chunk)
         except OSError:
             pass
         finally:
-            with contextlib.suppress(OSError):
-                os.close(self.fd)
+            self._close_wake()
+            for fd in (self.fd, self._wake_r):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
             self.log.close()
+
+    def _drain(self) -> None:
+        """Copy what the pipe holds now, without waiting for more (bounded: a writer still
+        printing cannot keep it going)."""
+        os.set_blocking(self.fd, False)
+        for _ in range(256):
+            try:
+                chunk = os.read(self.fd, 1 << 16)
+            except BlockingIOError:
+                return
+            if not chunk:
+                return
+            self.log.write(chunk)
+
+    def finish(self) -> None:
+        """The writers that matter are gone: copy what is buffered and stop."""
+        with self._wake_lock:
+            if self._wake_w is not None:
+                with contextlib.suppress(OSError):
+                    os.write(self._wake_w, b"x")
+        self._close_wake()
+
+    def _close_wake(self) -> None:
+        with self._wake_lock:
+            fd, self._wake_w = self._wake_w, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def join(self, timeout_s: float | None = None) -> bool:
         """Wait until every writer closed the pipe (the trial and what it forked)."""

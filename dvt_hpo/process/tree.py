@@ -5,7 +5,9 @@ Stdlib only: the orchestrator imports this and must never import torch.
 Every trial runs in its own session (``start_new_session=True``), so its process group holds the
 trial's leader and everything it forks (dataloader workers, ...): a stop signals the whole group,
 never the orchestrator. torchrun puts each rank in a session of its own; :meth:`TrialProcess.stop`
-finds those through the process tree (``/proc``) and stops their groups too.
+finds those through the process tree (``/proc``) and stops their groups too. Processes that
+left the trial's group and tree (a child started in a session of its own, orphaned) are found
+by the trial's token in their environment (:mod:`dvt_hpo.process.strays`) and stopped when it ends.
 """
 
 from __future__ import annotations
@@ -19,20 +21,23 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from dvt_hpo.process.logcap import LogPump, open_pumped
+from dvt_hpo.process.pids import descendant_groups, group_members, pid_alive, wait_gone
+from dvt_hpo.process.strays import ENV_TRIAL_TOKEN, stop_strays
 
 if TYPE_CHECKING:
     from dvt_hpo.process.warm import WarmTemplate
 
 # After SIGKILL only an uninterruptible (D-state) process can linger; do not hang on it.
 _KILL_WAIT_S = 10.0
-# How long a finished trial's log pipes may take to drain into their files.
+# How long a finished trial's log pumps may take to copy what is buffered into their files
+# (they no longer wait for end of file: see TrialProcess._drain_logs).
 _LOG_DRAIN_S = 5.0
 
 
@@ -60,123 +65,6 @@ def _signal_name(number: int, default: str | None = None) -> str:
 
 
 # -- the process tree (Linux /proc) -------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _ProcInfo:
-    ppid: int
-    pgid: int
-    state: str
-
-
-def _proc_table() -> dict[int, _ProcInfo]:
-    """Every process's parent, group and state; empty where /proc is missing."""
-    table: dict[int, _ProcInfo] = {}
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return table
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                raw = f.read()
-        except OSError:
-            continue  # it exited while we looked
-        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
-        fields = raw[raw.rfind(b")") + 2 :].split()
-        if len(fields) < 3:
-            continue
-        table[int(name)] = _ProcInfo(int(fields[1]), int(fields[2]), fields[0].decode())
-    return table
-
-
-def _alive(info: _ProcInfo) -> bool:
-    # Zombies are dead: only their parent (or init, whenever it gets to it) can reap them.
-    return info.state not in ("Z", "X", "x")
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (not zombie) processes of a process group, from /proc."""
-    return [pid for pid, info in _proc_table().items() if info.pgid == pgid and _alive(info)]
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
-        return False
-    except OSError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    return raw[raw.rfind(b")") + 2 : raw.rfind(b")") + 3] not in (b"Z", b"X", b"x")
-
-
-def _descendant_groups(root_pid: int) -> set[int]:
-    """Process groups of the live descendants of ``root_pid`` (torchrun ranks lead their own)."""
-    table = _proc_table()
-    children: dict[int, list[int]] = {}
-    for pid, info in table.items():
-        children.setdefault(info.ppid, []).append(pid)
-    groups: set[int] = set()
-    todo = list(children.get(root_pid, ()))
-    while todo:
-        pid = todo.pop()
-        info = table.get(pid)
-        if info is not None and _alive(info):
-            groups.add(info.pgid)
-        todo.extend(children.get(pid, ()))
-    return groups
-
-
-def wait_gone(pids: Iterable[int], timeout_s: float) -> bool:
-    """Wait until every pid has exited (event-driven through pidfds: they need not be our
-    children); True when all did within ``timeout_s``."""
-    pidfds: list[int] = []
-    leftover: list[int] = []
-    try:
-        for pid in pids:
-            try:
-                pidfds.append(os.pidfd_open(pid))
-            except ProcessLookupError:
-                continue
-            except (AttributeError, OSError):
-                leftover.append(pid)  # no pidfd support: checked by polling below
-        deadline = time.monotonic() + timeout_s
-        poller = select.poll()
-        for fd in pidfds:
-            poller.register(fd, select.POLLIN)
-        remaining = set(pidfds)
-        while remaining:
-            wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
-            events = poller.poll(wait_ms)
-            if not events:
-                return False
-            for fd, _ in events:
-                poller.unregister(fd)
-                remaining.discard(fd)
-        delay_s = 0.005
-        while leftover:
-            leftover = [pid for pid in leftover if pid_alive(pid)]
-            if not leftover:
-                break
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(delay_s)  # only without pidfd (Linux < 5.3): nothing to wait on
-            delay_s = min(delay_s * 2, 0.1)
-        return True
-    finally:
-        for fd in pidfds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
 
 
 def _signal_group(pgid: int, sig: int) -> None:
@@ -322,15 +210,24 @@ def _log_pipes(
 class TrialProcess:
     """One trial's leader process and its process group (the leader's pid is the group id).
 
-    The leader is either spawned (``python -m dvt_hpo.trial``, torchrun) or forked by the
+    The leader is either spawned (``python -m dvt_hpo.worker``, torchrun) or forked by the
     warm template (:mod:`dvt_hpo.process.warm`); both are watched and stopped the same way. Its output
     reaches the log files through pipes, capped at ``log_limit`` bytes per stream
     (:mod:`dvt_hpo.process.logcap`)."""
 
-    def __init__(self, leader: _Leader, pumps: Sequence[LogPump] = (), *, warm: bool = False):
+    def __init__(
+        self,
+        leader: _Leader,
+        pumps: Sequence[LogPump] = (),
+        *,
+        warm: bool = False,
+        token: str | None = None,
+    ):
         self._leader = leader
         self._pumps = list(pumps)
         self.warm = warm
+        self.token = token  # ENV_TRIAL_TOKEN: finds the processes that left its group
+        self.strays: list[int] = []  # those stopped when it ended
         self.pid = leader.pid
         self.pgid = leader.pid  # a session of its own: the leader leads its own group
         self.started_s = time.perf_counter()
@@ -367,7 +264,7 @@ class TrialProcess:
         finally:
             os.close(out_fd)
             os.close(err_fd)
-        return cls(_PopenLeader(popen), pumps)
+        return cls(_PopenLeader(popen), pumps, token=env.get(ENV_TRIAL_TOKEN))
 
     @classmethod
     def start_warm(
@@ -381,7 +278,7 @@ class TrialProcess:
         stderr_path: str | os.PathLike[str],
         log_limit: int | None = None,
     ) -> TrialProcess:
-        """Fork ``python -m dvt_hpo.trial *args`` from the warm template (raises
+        """Fork ``python -m dvt_hpo.worker *args`` from the warm template (raises
         :class:`~dvt_hpo.process.warm.TemplateUnavailable` when it cannot)."""
         out_fd, err_fd, pumps = _log_pipes(stdout_path, stderr_path, log_limit)
         try:
@@ -394,7 +291,7 @@ class TrialProcess:
             raise
         os.close(out_fd)
         os.close(err_fd)
-        return cls(child, pumps, warm=True)
+        return cls(child, pumps, warm=True, token=env.get(ENV_TRIAL_TOKEN))
 
     @property
     def returncode(self) -> int | None:
@@ -425,14 +322,23 @@ class TrialProcess:
                 # The next trial on this slot must not meet this one's dataloader workers
                 # (or their GPU memory): wait until they are really gone.
                 wait_gone(group_members(self.pgid), _KILL_WAIT_S)
+                # And what left the group (its own session) with the trial's token.
+                self.strays = stop_strays(self.token)
                 if self.gone_s is None:
                     self.gone_s = time.perf_counter()
         code = self._leader.reap()
-        for pump in self._pumps:
-            # A process of another session (a torchrun rank) may still hold the pipe until
-            # stop() kills it: bounded.
-            pump.join(_LOG_DRAIN_S)
+        self._drain_logs()
         return code
+
+    def _drain_logs(self) -> None:
+        """Copy what the trial wrote into its logs, without waiting for end of file: a
+        process it left behind that still holds the pipes (another user's, or one not found)
+        must not add seconds to the trial."""
+        for pump in self._pumps:
+            pump.finish()
+        deadline = time.monotonic() + _LOG_DRAIN_S
+        for pump in self._pumps:
+            pump.join(max(0.0, deadline - time.monotonic()))
 
     def stop(self, grace_s: float) -> StopOutcome:
         """SIGTERM the trial, wait up to ``grace_s``, then SIGKILL; reap; wait until gone.
@@ -463,15 +369,15 @@ class TrialProcess:
         self._signal(groups, signal.SIGKILL)
         members = {pid for pgid in groups for pid in group_members(pgid)}
         all_gone = wait_gone(members, _KILL_WAIT_S)
-        for pump in self._pumps:
-            pump.join(_LOG_DRAIN_S)
+        self.strays += [pid for pid in stop_strays(self.token) if pid not in self.strays]
+        self._drain_logs()
         self.gone_s = time.perf_counter()
         return StopOutcome(code, how, self.gone_s - t0, all_gone)
 
     def _targets(self) -> set[int]:
         groups = {self.pgid}
         if self._leader.returncode is None:
-            groups |= _descendant_groups(self.pid)
+            groups |= descendant_groups(self.pid)
         groups.discard(os.getpgrp())
         return groups
 

@@ -33,12 +33,10 @@ from dvt_hpo.store.errors import with_retry
 from dvt_hpo.store.redact import redact_url
 from dvt_hpo.study import kill_points, recovery, space, stop_rules
 from dvt_hpo.study import messages as run_messages
-from dvt_hpo.study.constraints import feasible
 from dvt_hpo.study.events import (
     StudyEnded,
     StudyObserver,
     StudyStarted,
-    TrialFinished,
     TrialStarted,
 )
 from dvt_hpo.study.front import select_best, study_ended
@@ -64,6 +62,11 @@ if TYPE_CHECKING:
 EXIT_INTERRUPTED = 130
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+# How often a run with no trial of its own running re-reads the study while other workers'
+# trials run (one small query of the unfinished trials).
+FOREIGN_POLL_S = 1.0
 
 
 class StudyRunner:
@@ -296,7 +299,7 @@ class StudyRunner:
                 + f"{spec.trials.parallel} at a time"
                 + (f", {devices.packing_text(slots, spec.trials.per_gpu)}" if packing else "")
             )
-            self.out(run_messages.dashboard_hint(spec.study.storage))
+            self.out(run_messages.dashboard_hint(spec.path, spec.overrides))
             stop_message = self._loop(slots)
             self.print_summary()
             if stop_message is None:
@@ -378,6 +381,11 @@ class StudyRunner:
                 # Bounded, so that retries enqueued by the heartbeat reconciliation (and the
                 # study deadline) are noticed while trials run.
                 wait_s = float(spec.study.heartbeat_interval_s)
+                if launching and foreign and not self.running:
+                    # Only other workers' trials run: notice their end within about a second,
+                    # so that a worker with nothing left exits then (with --workers K, the
+                    # last one's siblings otherwise sat idle a whole heartbeat interval).
+                    wait_s = min(wait_s, FOREIGN_POLL_S)
                 if launching and deadline is not None:
                     wait_s = min(wait_s, max(0.0, deadline - time.monotonic()))
                 outcome = stop_signals.get(self.events, wait_s)
@@ -518,22 +526,7 @@ class StudyRunner:
 
     def _record(self, outcome: TrialOutcome) -> None:
         self.outcomes.append(outcome)
-        event = TrialFinished(
-            number=outcome.number,
-            trial_id=outcome.trial_id,
-            state=outcome.state,
-            value=outcome.value,
-            params=dict(outcome.params),
-            reason=outcome.reason,
-            duration_s=round(outcome.duration_s, 3),
-            user_attrs=dict(outcome.user_attrs),
-            values=outcome.values,
-            feasible=(
-                feasible(outcome.constraints)
-                if outcome.constraints and outcome.state == "COMPLETE"
-                else None
-            ),
-        )
+        event = outcome.event()
         if self._prints_trial_lines:
             self.out(run_messages.trial_line(event, self.spec.objective.names))
         self.observers.trial_finished(event)
@@ -560,6 +553,7 @@ class StudyRunner:
             self.spec.path,
             study_name=self.spec.study.name,
             constraints=[c.metric for c in self.spec.objective.constraints],
+            overrides=self.spec.overrides,
         ):
             self.out(line)
 

@@ -1,5 +1,6 @@
 """The lines a run prints about itself that need more than a format string: the objective,
-the dashboard command, the trials a resumed run waits on, how to rerun failed trials.
+the dashboard command, the trials a resumed run waits on, how to rerun failed trials. Every
+printed follow-up command names the same study: the same file and ``--set`` overrides.
 
 Pure functions of their arguments (no storage access), so each wording is tested directly.
 """
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.store.redact import redact_url
-from dvt_hpo.store.urls import journal_path, storage_kind
+from dvt_hpo.store.urls import storage_kind
 
 if TYPE_CHECKING:
     import optuna
@@ -34,27 +35,63 @@ def dashboard_available() -> bool:
     return importlib.util.find_spec("optuna_dashboard") is not None
 
 
-def dashboard_hint(url: str, *, installed: bool | None = None) -> str:
-    """How to watch the study: an ``optuna-dashboard`` command that works when pasted (journal
-    files as the plain path optuna-dashboard expects; no ``***``: a password is left out and
-    said how to pass), or how to install optuna-dashboard."""
+def shown_path(path: Path) -> str:
+    """The study file as a printed command names it: relative to the working directory when it
+    is below it (what the user typed, usually), else absolute."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _pasteable(override: str) -> tuple[str, str | None]:
+    """``override`` with a URL's password left out (never printed), and how to pass it."""
+    import re
+
+    how: list[str] = []
+
+    def strip(match: re.Match[str]) -> str:
+        url = match.group(0)
+        redacted = redact_url(url)
+        if redacted == url:
+            return url
+        without = redacted.replace(":***@", "@", 1)
+        if storage_kind(url) == "postgresql" and "***" not in without:
+            how.append("set PGPASSWORD (or use ~/.pgpass) in the shell that runs it")
+        else:
+            how.append("put it back in the URL")
+        return without
+
+    text = re.sub(r"[A-Za-z][\w+.\-]*://\S+", strip, override)
+    return text, how[0] if how else None
+
+
+def follow_up(command: str, study_file: Path, overrides: Sequence[str] = (), *extra: str) -> str:
+    """``dvt-hpo COMMAND study.yaml --set ... EXTRA``: a command to paste that names the same
+    study as the run that prints it (its ``--set`` overrides carried; a password in one left
+    out, and said how to pass)."""
+    words = ["dvt-hpo", command, shown_path(study_file)]
+    notes: list[str] = []
+    for override in overrides:
+        text, how = _pasteable(override)
+        words += ["--set", text]
+        if how is not None:
+            notes.append(how)
+    line = shlex.join([*words, *extra])
+    if notes:
+        line += f"  (the storage password is not shown: {notes[0]})"
+    return line
+
+
+def dashboard_hint(
+    study_file: Path, overrides: Sequence[str] = (), *, installed: bool | None = None
+) -> str:
+    """How to watch the study: ``dvt-hpo dashboard`` on the same study file and overrides (it
+    runs from the same environment, where a bare ``optuna-dashboard`` may not be on PATH), or
+    how to install optuna-dashboard."""
     if not (dashboard_available() if installed is None else installed):
         return "watch it in a browser: pip install 'dvt-hpo[dashboard]' (optuna-dashboard)"
-    journal = journal_path(url)
-    if journal is not None:
-        return f"watch it: optuna-dashboard {shlex.quote(str(journal))}"
-    redacted = redact_url(url)
-    if redacted == url:
-        return f"watch it: optuna-dashboard {shlex.quote(url)}"
-    without = redacted.replace(":***@", "@", 1)
-    if storage_kind(url) == "postgresql" and "***" not in without:
-        how = "set PGPASSWORD (or use ~/.pgpass) in the shell that runs it"
-    else:
-        how = "put it back in the URL"
-    return (
-        f"watch it: optuna-dashboard {shlex.quote(without)}  "
-        f"(the storage password is not shown: {how})"
-    )
+    return f"watch it: {follow_up('dashboard', study_file, overrides)}"
 
 
 def waiting_line(
@@ -108,6 +145,9 @@ def trial_line(event: TrialFinished, metric: str | Sequence[str]) -> str:
         value += " infeasible"
     bs = event.user_attrs.get("batch_size")
     extra = f" batch={bs}" if isinstance(bs, int) else ""
+    cap = event.user_attrs.get("batch_size_data_cap")
+    if extra and isinstance(cap, int):
+        extra += f" (search capped at the {cap} training samples per process)"
     reason = f" reason: {event.reason}" if event.reason and event.state != "COMPLETE" else ""
     return (
         f"trial {event.number:>3} {event.state:<8} {value:<18} "
@@ -123,6 +163,7 @@ def summary_lines(
     *,
     study_name: str = "",
     constraints: Sequence[str] = (),
+    overrides: Sequence[str] = (),
 ) -> list[str]:
     """The run's closing lines: trials by state, how to rerun failed ones, the best feasible
     trial (one objective) or the feasible Pareto front (several), or that none is feasible."""
@@ -143,7 +184,7 @@ def summary_lines(
     lines = [f"trials: {summary or 'none'}"]
     failed = recovery.failed_not_retried(list(trials))
     if failed:
-        lines.append(retry_hint(failed, study_file))
+        lines.append(retry_hint(failed, study_file, overrides))
     names = _names(metric)
     chosen = best.trials if isinstance(best, Best) else (() if best is None else (best,))
     if isinstance(best, Best) and best.none_feasible:
@@ -162,10 +203,10 @@ def summary_lines(
     return lines
 
 
-def retry_hint(failed: Sequence[int], study_file: Path) -> str:
+def retry_hint(failed: Sequence[int], study_file: Path, overrides: Sequence[str] = ()) -> str:
     return (
         f"{len(failed)} failed trial(s) can run again with their params (counted within "
-        f"study.n_trials): dvt-hpo run {shlex.quote(str(study_file))} --retry-failed"
+        f"study.n_trials): {follow_up('run', study_file, overrides, '--retry-failed')}"
     )
 
 
@@ -173,8 +214,10 @@ __all__ = [
     "dashboard_available",
     "dashboard_hint",
     "fmt_params",
+    "follow_up",
     "objective_text",
     "retry_hint",
+    "shown_path",
     "summary_lines",
     "trial_line",
     "values_text",

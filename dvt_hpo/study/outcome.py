@@ -33,6 +33,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from dvt_hpo.study.constraints import feasible
+from dvt_hpo.study.events import TrialFinished
 from dvt_hpo.study.reduction import choose_epoch, reduce_trial
 from dvt_hpo.studyfile.model import ConstraintSpec
 from dvt_hpo.wire.result import TrialResult
@@ -104,6 +106,26 @@ def describe_exit(returncode: int | None) -> str:
     return describe(returncode)
 
 
+def pruned_reason(step: int, pruner: str | None = None) -> str:
+    """``pruned at step 3 by MedianPruner`` (``pruner``: the study's ``study.pruner.kind``)."""
+    from dvt_hpo.study.optuna_factory import PRUNER_CLASSES
+
+    by = f" by {PRUNER_CLASSES.get(pruner, pruner)}" if pruner else ""
+    return f"pruned at step {step}{by}"
+
+
+def reason_of(state: str, user_attrs: Mapping[str, Any]) -> str | None:
+    """The reason a finished trial shows (report, status): its ``reason`` attr; a pruned trial
+    recorded before it had one reads as pruned from its ``pruned_step``."""
+    reason = user_attrs.get("reason")
+    if isinstance(reason, str) and reason:
+        return reason
+    step = user_attrs.get("pruned_step")
+    if state == "PRUNED" and isinstance(step, int):
+        return pruned_reason(step)
+    return None
+
+
 def diverged_reason(step: int, metric: str, value: float) -> str:
     return f"diverged at step {step} ({metric}={value})"
 
@@ -135,8 +157,10 @@ def classify(
     history: History = (),
     rank_errors: Sequence[TrialResult] = (),
     limits: Limits = Limits(),
+    pruner: str | None = None,
 ) -> Outcome:
-    """The outcome of one finished trial process (see the module's rules)."""
+    """The outcome of one finished trial process (see the module's rules); ``pruner``: the
+    study's pruner kind, named in a pruned trial's reason."""
     if flags.protocol_error is not None:
         return Outcome("FAIL", "failed", reason=flags.protocol_error)
     if flags.diverged is not None:
@@ -155,7 +179,7 @@ def classify(
         return Outcome(
             "PRUNED",
             "pruned",
-            reason=f"pruned at step {flags.pruned_step}",
+            reason=pruned_reason(flags.pruned_step, pruner),
             constraints=pruned.constraints,
         )
 
@@ -234,6 +258,25 @@ class TrialOutcome:
     values: tuple[float, ...] = ()  # every objective's (COMPLETE)
     constraints: tuple[float, ...] = ()  # <= 0 feasible; () when unconstrained or failed
 
+    def event(self) -> TrialFinished:
+        """What the loop's observers hear of it."""
+        return TrialFinished(
+            number=self.number,
+            trial_id=self.trial_id,
+            state=self.state,
+            value=self.value,
+            params=dict(self.params),
+            reason=self.reason,
+            duration_s=round(self.duration_s, 3),
+            user_attrs=dict(self.user_attrs),
+            values=self.values,
+            feasible=(
+                feasible(self.constraints)
+                if self.constraints and self.state == "COMPLETE"
+                else None
+            ),
+        )
+
 
 __all__ = [
     "Flags",
@@ -244,6 +287,8 @@ __all__ = [
     "TrialOutcome",
     "classify",
     "diverged_reason",
+    "pruned_reason",
+    "reason_of",
     "first_error",
     "reduce_history",
 ]

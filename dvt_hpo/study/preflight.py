@@ -7,6 +7,10 @@
   (a user's module may import torch, train at import time, or fail). A ``def``, ``class``,
   assignment or import of the name counts; a module with no Python source (compiled) or a
   ``from x import *`` that may provide the name leaves the check undecided, with a note.
+- The objectives and constraints name metrics the trainer reports, where its names are known
+  (:mod:`dvt_hpo.study.known_metrics`).
+- ``tracking.mlflow``: MLflow is installed and accepts the tracking URI
+  (:mod:`dvt_hpo.tracking.check`).
 - The storage driver is installed and the GPUs named in ``trials.devices`` exist.
 - For the built-in trainer, its own config: ``model.builder`` (also each searched choice) is a
   built-in builder or a ``package.module:function`` found by the same rule;
@@ -30,6 +34,7 @@ from dvt_hpo.config.hints import did_you_mean
 from dvt_hpo.config.source import Doc, Key
 from dvt_hpo.exceptions import SpecError
 from dvt_hpo.process import import_path
+from dvt_hpo.study.known_metrics import check_known_metrics
 from dvt_hpo.studyfile.load import read_study_file
 from dvt_hpo.studyfile.model import BUILTIN_ENTRYPOINT, StudySpec
 
@@ -195,6 +200,7 @@ def check_runnable(doc: Doc, spec: StudySpec) -> None:
         check_executable(doc, spec.trainer.command, folder)
     else:
         _check_callable(doc, ("trainer", "entrypoint"), entrypoint, folder, "the entry point")
+        check_known_metrics(doc, spec)
     for i, name in enumerate(spec.trials.preload):
         if not import_path.find_module(name, folder):
             raise doc.error(
@@ -207,6 +213,13 @@ def check_runnable(doc: Doc, spec: StudySpec) -> None:
         check_storage_driver(spec.study.storage)
     except SpecError as exc:
         raise doc.error(("study", "storage"), exc.message) from None
+    mlflow = spec.tracking.mlflow
+    if mlflow is not None:
+        from dvt_hpo.tracking.check import tracking_problem
+
+        if (problem := tracking_problem(mlflow.tracking_uri)) is not None:
+            key: Key = ("tracking", "mlflow", "tracking_uri")
+            raise doc.error(key if mlflow.tracking_uri else ("tracking", "mlflow"), problem)
     from dvt_hpo.study.setup import runs_dir_problem
 
     if (problem := runs_dir_problem(spec.trials.runs_dir)) is not None:

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.store.storage import retry_callback, supports_heartbeat
 from dvt_hpo.study import kill_points, stale
+from dvt_hpo.study.budget import OVER_BUDGET_ATTR, Attempt, uncounted, uncounted_attempts
 
 if TYPE_CHECKING:
     import optuna
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
 Lock = Callable[[], contextlib.AbstractContextManager[Any]]
 
 HEARTBEAT_ATTR = stale.HEARTBEAT_ATTR  # journal storages: the trial's last heartbeat
-OVER_BUDGET_ATTR = "dvt_hpo:over_budget"  # closed at once: asked past the budget by a race
 # Set on an attempt, to its own number, before it is failed for a retry. The number (not True)
 # because Optuna's retry callback copies system attrs onto the copy: a copy never matches.
 RETRY_ATTR = "dvt_hpo:retry"
@@ -309,11 +309,8 @@ class Ledger:
         """Trials that count, among those numbered below ``below`` (all by default); a FAIL
         counts as superseded only by a copy numbered below ``below`` too."""
         limit = len(self._entries) if below is None else min(below, len(self._entries))
-        uncounted = {n for n in self._over_budget if n < limit}
-        uncounted |= {
-            n for n in self._failed if n < limit and self._superseded_by.get(n, limit) < limit
-        }
-        return limit - len(uncounted)
+        gone = uncounted(self._failed, self._over_budget, self._superseded_by, below=limit)
+        return limit - len(gone)
 
     def budget(self, is_ours: Callable[[int], bool]) -> Budget:
         waiting = foreign = 0
@@ -337,16 +334,18 @@ class Ledger:
 
 
 def counted_numbers(trials: list[optuna.trial.FrozenTrial]) -> set[int]:
-    """The numbers of the trials that count towards ``study.n_trials`` (for summaries)."""
-    superseded: set[int] = set()
-    for t in trials:
-        superseded.update(retry_history(t))
-    return {
-        t.number
+    """The numbers of the trials that count towards ``study.n_trials`` (for summaries), by
+    the rule of :mod:`dvt_hpo.study.budget`."""
+    gone = uncounted_attempts(
+        Attempt(
+            t.number,
+            t.state.name,
+            bool(t.system_attrs.get(OVER_BUDGET_ATTR)),
+            tuple(retry_history(t)),
+        )
         for t in trials
-        if not t.system_attrs.get(OVER_BUDGET_ATTR)
-        and not (t.state.name == "FAIL" and t.number in superseded)
-    }
+    )
+    return {t.number for t in trials if t.number not in gone}
 
 
 __all__ = [

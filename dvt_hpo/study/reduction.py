@@ -22,6 +22,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from dvt_hpo.config.hints import did_you_mean
 from dvt_hpo.studyfile.model import ConstraintSpec
 
 History = Sequence[tuple[int, Mapping[str, float]]]
@@ -93,7 +94,7 @@ def missing_objective_reason(history: History, names: Sequence[str]) -> Reduced:
             field = "objective.metric" if len(names) == 1 else "objective"
             return Reduced(
                 failure=f"{field} {name!r} was never reported; the trial reported "
-                f"{reported if reported else 'no metrics'}"
+                f"{reported if reported else 'no metrics'}{did_you_mean(name, reported)}"
             )
     return Reduced(
         failure=f"the objectives {list(names)} were never all reported (as finite numbers) in "
@@ -157,7 +158,8 @@ def reduce_trial(
                 step=step,
                 values=values,
                 failure=f"constraint metric {constraint.metric!r} was never reported as a "
-                f"finite number; the trial reported {reported if reported else 'no metrics'}",
+                f"finite number; the trial reported {reported if reported else 'no metrics'}"
+                f"{did_you_mean(constraint.metric, reported)}",
             )
         out.append(constraint_value(constraint, value))
     return Reduced(step=step, values=values, constraints=tuple(out))

@@ -1,9 +1,12 @@
 """When a run stops launching trials, and when it exits 1: pure rules over this run's outcomes.
 
 - ``study.max_failures``: a count, or a share of ``n_trials``;
-- without it, :data:`SAME_REASON_STOP`: the first finished trials of a run all failed with one
-  and the same reason (a typo in the trainer, unreadable data: every trial fails alike, and
-  the rest of ``n_trials`` would only repeat it);
+- without it, :data:`SAME_REASON_STOP`: the first finished trials of a run all failed alike (a
+  typo in the trainer, unreadable data: every trial fails alike, and the rest of ``n_trials``
+  would only repeat it). Alike is the same failure, not the same string: the reasons are
+  compared by :func:`failure_kind`, the error's type and message with the numbers, paths and
+  quoted values that vary per trial masked (``ValueError: bad lr 0.0123`` is one failure
+  whatever the lr);
 - a run that finished trials and completed or pruned none exits 1 with the most common reason.
 
 Interrupted attempts (Ctrl-C, SIGTERM) are not failures of the trial and count for none.
@@ -12,11 +15,30 @@ Interrupted attempts (Ctrl-C, SIGTERM) are not failures of the trial and count f
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Sequence
 from typing import Protocol
 
 SAME_REASON_STOP = 3
+
+# What varies from one trial to the next in a failure's message (applied in this order).
+_QUOTED = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"")
+_PATH = re.compile(r"(?:[A-Za-z]:)?(?:~|\.{1,2})?(?:[\w.@+-]*/)+[\w.@+-]*")
+_NUMBER = re.compile(
+    r"(?<![A-Za-z_])(?:0[xX][0-9a-fA-F]+|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
+)
+
+
+def failure_kind(reason: str | None) -> str | None:
+    """A failure's reason with what varies per trial masked: quoted values (``'…'``), paths
+    (``<path>``) and numbers (``<n>``), so ``ValueError: bad lr 0.0123`` and ``ValueError: bad
+    lr 0.0456`` are one failure. Digits inside a name (``macro_f1``, ``conv2d``) are kept."""
+    if reason is None:
+        return None
+    text = _QUOTED.sub("'…'", reason)
+    text = _PATH.sub("<path>", text)
+    return _NUMBER.sub("<n>", text)
 
 
 class Finished(Protocol):
@@ -57,11 +79,17 @@ def stop_message(
     first = finished[:SAME_REASON_STOP]
     if len(first) < SAME_REASON_STOP or any(o.state != "FAIL" for o in first):
         return None
-    if len({o.reason for o in first}) != 1:
+    if len({failure_kind(o.reason) for o in first}) != 1:
         return None
+    same = len({o.reason for o in first}) == 1
+    alike = (
+        "with the same reason"
+        if same
+        else "alike (the same error, numbers, paths and quotes aside)"
+    )
     return (
-        f"stopping: the first {SAME_REASON_STOP} trials of this run all failed with the same "
-        f"reason: {first[0].reason} (set study.max_failures to change this rule)"
+        f"stopping: the first {SAME_REASON_STOP} trials of this run all failed {alike}: "
+        f"{first[0].reason} (set study.max_failures to change this rule)"
     )
 
 
@@ -70,7 +98,11 @@ def nothing_succeeded(outcomes: Sequence[Finished]) -> str | None:
     finished = [o for o in outcomes if not o.interrupted]
     if not finished or any(o.state in ("COMPLETE", "PRUNED") for o in finished):
         return None
-    reason, count = Counter(o.reason or "unknown" for o in finished).most_common(1)[0]
+    kinds = Counter(failure_kind(o.reason or "unknown") for o in finished)
+    kind, count = kinds.most_common(1)[0]
+    reason = next(
+        o.reason or "unknown" for o in finished if failure_kind(o.reason or "unknown") == kind
+    )
     return (
         f"no trial of this run succeeded ({len(finished)} failed); most common reason "
         f"({count} of {len(finished)}): {reason}"
@@ -79,6 +111,7 @@ def nothing_succeeded(outcomes: Sequence[Finished]) -> str | None:
 
 __all__ = [
     "SAME_REASON_STOP",
+    "failure_kind",
     "max_failures_limit",
     "nothing_succeeded",
     "stop_message",

@@ -256,6 +256,7 @@ class TrialRun:
             env = launch.trial_env(
                 self.study.child_env, self.slot, server.path, spec.trials.memory_limit
             )
+            threads = env.get("OMP_NUM_THREADS", "")
             self._set_attrs(
                 {"log_dir": str(self.trial_dir), "host": socket.gethostname()}
                 | (
@@ -264,6 +265,9 @@ class TrialRun:
                     else {}
                 )
                 | ({"gpu_share": f"1/{self.slot.per_gpu}"} if self.slot.per_gpu > 1 else {})
+                # The CPU threads it got (a trainer may record what it really used): `best
+                # --export` carries them, as a thread count changes the numbers.
+                | ({"threads": int(threads)} if threads.isdigit() else {})
             )
             env[ENV_LAUNCHED] = repr(time.time())
             self.process = self.study.launcher.start(payload_path, env, self.trial_dir)
@@ -330,6 +334,7 @@ class TrialRun:
             history=self.history,
             rank_errors=rank_errors,
             limits=Limits(spec.trials.timeout_s, spec.trials.memory_limit, self.slot.per_gpu),
+            pruner=spec.study.pruner.kind,
         )
         if result is not None and result.startup_s is not None:
             # Launch to the entry point's call: what a warm start saves.
@@ -354,8 +359,16 @@ class TrialRun:
             attrs["history"] = history_attr(self.history)
         if self.pruned_step is not None:
             attrs["pruned_step"] = self.pruned_step
+        strays = getattr(self.process, "strays", None)
+        if strays:
+            # Processes that left the trial's group, found by its token and stopped.
+            attrs["strays_stopped"] = list(strays)
         if self.diverged is not None:
             attrs["diverged_step"] = self.diverged[0]
+        if outcome.state == "PRUNED":
+            # Pruning ends the trial process with its own exit code: say which it is.
+            attrs["reason"] = outcome.reason
+            attrs["exit"] = f"pruned ({attrs['exit']})"
         if outcome.state == "FAIL":
             attrs["reason"] = (outcome.reason or "")[:2000]
             tail = launch.tail_lines(self.trial_dir / "stderr.log", _STDERR_TAIL_LINES)

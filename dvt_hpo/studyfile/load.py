@@ -109,6 +109,7 @@ def read_study_file(path: str | Path, overrides: Sequence[str] = ()) -> tuple[Do
         search_space=dims,
         tracking=tracking,
         locations={format_path(k): (f, line) for k, (f, line) in doc.locs.items()},
+        overrides=tuple(overrides),
     )
     return doc, spec
 
@@ -131,5 +132,6 @@ def spec_to_dict(spec: StudySpec) -> dict[str, Any]:
     """A JSON-safe dict of ``spec`` (paths as strings, the storage URL's password redacted)."""
     data = _plain(spec)
     data.pop("locations", None)
+    data.pop("overrides", None)
     data["study"]["storage"] = redact_url(spec.study.storage)
     return data

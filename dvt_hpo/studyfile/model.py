@@ -209,6 +209,9 @@ class StudySpec:
     locations: dict[str, tuple[str, int | None]] = field(
         default_factory=dict, compare=False, repr=False
     )
+    # The --set overrides it was loaded with, so that a printed follow-up command (retry,
+    # dashboard) names the same study. Never stored (a value may hold a password).
+    overrides: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     def locate(self, dotted: str) -> tuple[str, int | None]:
         """The file and line of ``dotted`` (or of its nearest written ancestor)."""

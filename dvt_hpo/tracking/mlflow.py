@@ -10,6 +10,12 @@ the study goes on.
 
 Resume finds the same parent run: its id is a study user attr (``mlflow_parent_run_id``) when
 the observer is given the Optuna study, else the run tagged with the study's name and storage.
+
+The parent's ``best_value`` is the study's best: MLflow shows a metric's value at its highest
+step, so each improvement is logged one step above the last (never at the trial's number: with
+trials finishing out of order that showed an older, worse value), and a resumed run takes the
+study's own best (feasible, one objective) as its baseline and logs it again, rather than
+trusting what the parent run shows.
 """
 
 from __future__ import annotations
@@ -104,6 +110,9 @@ _WRITER_THREAD = "dvt-hpo-mlflow"
 # Their retry and setup messages would be several lines per failure on the orchestrator's
 # stderr; the one warning line of _fail says it all.
 _QUIETED_LOGGERS = ("urllib3.connectionpool", "mlflow")
+# MLflow's INFO lines ("Creating initial MLflow database tables...", alembic's migrations) are
+# noise in a run's output: these loggers (and their children) keep warnings and errors only.
+_INFO_OFF = ("mlflow", "alembic")
 
 
 def _quiet_on_writer(record: logging.LogRecord) -> bool:
@@ -132,6 +141,10 @@ class MlflowObserver(BaseObserver):
         import_mlflow()
         for name, value in _HTTP_DEFAULTS.items():
             os.environ.setdefault(name, value)
+        for name in _INFO_OFF:
+            logger = logging.getLogger(name)
+            if logger.getEffectiveLevel() < logging.WARNING:
+                logger.setLevel(logging.WARNING)
         for name in _QUIETED_LOGGERS:
             logger = logging.getLogger(name)
             # A logger's filter sees only its own records; its handlers see its children's too.
@@ -160,6 +173,7 @@ class MlflowObserver(BaseObserver):
         self._direction = "minimize"
         self._metric = "value"
         self._best: float | None = None
+        self._best_step = 0  # best_value's next step: one more per improvement
         self._broken: str | None = None
         self._queue: queue.Queue[tuple[Callable[..., None], tuple[Any, ...]] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._work, name=_WRITER_THREAD, daemon=True)
@@ -281,11 +295,11 @@ class MlflowObserver(BaseObserver):
             parent = run.info.run_id
             if self.study is not None:
                 self.study.set_user_attr(PARENT_ATTR, parent)
+            self.parent_id = parent
         else:
             self.client.update_run(parent, status="RUNNING")
-            best = self.client.get_run(parent).data.metrics.get("best_value")
-            self._best = float(best) if best is not None else None
-        self.parent_id = parent
+            self.parent_id = parent
+            self._resume_best(parent)
 
         existing = self.client.get_run(parent).data.params
         params = {
@@ -311,6 +325,34 @@ class MlflowObserver(BaseObserver):
             self.client.log_text(
                 parent, redact_text(study_file.read_text(errors="replace")), study_file.name
             )
+
+    def _study_best(self) -> tuple[int, float, dict[str, Any]] | None:
+        """The study's best feasible trial (one objective): number, value, params."""
+        if self.study is None or "," in self._direction:
+            return None
+        from optuna.trial import TrialState
+
+        from dvt_hpo.study.front import select_best
+
+        complete = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        chosen = select_best(complete, [self._direction])
+        if not chosen.trials:
+            return None
+        top = chosen.trials[0]
+        return top.number, float(top.values[0]), dict(top.params)
+
+    def _resume_best(self, parent: str) -> None:
+        """A resumed parent's baseline: the study's best (logged again, so the parent shows
+        it), else the best value the parent ever logged (not its latest)."""
+        history = self.client.get_metric_history(parent, "best_value")
+        self._best_step = max((m.step for m in history), default=-1) + 1
+        truth = self._study_best()
+        if truth is not None:
+            self._best = None
+            self._maybe_best(*truth, int(time.time() * 1000))
+        elif history:
+            values = [m.value for m in history]
+            self._best = max(values) if self._direction == "maximize" else min(values)
 
     def _open_trial(self, event: TrialStarted) -> None:
         from mlflow.entities import Param
@@ -415,9 +457,11 @@ class MlflowObserver(BaseObserver):
         self._best = value
         tags = [RunTag("best_trial", str(number))]
         tags += [RunTag(_key(f"best.{k}"), _text(v)) for k, v in params.items()]
+        # One step above the last improvement: MLflow shows the value of the highest step.
+        step, self._best_step = self._best_step, self._best_step + 1
         self.client.log_batch(
             self.parent_id,
-            metrics=[Metric("best_value", value, timestamp_ms, number)],
+            metrics=[Metric("best_value", value, timestamp_ms, step)],
             tags=tags,
         )
 

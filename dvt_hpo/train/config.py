@@ -99,8 +99,10 @@ class SyntheticConfig:
     num_samples: int = 1024
     num_classes: int = 10
     channels: int = 3
+    noise: float = 1.0  # the noise's standard deviation; the patterns' is 1 (higher: harder)
 
     def __post_init__(self) -> None:
+        _require(self.noise >= 0, "noise", f"expected >= 0, got {self.noise}")
         _require(self.num_samples >= 2, "num_samples", f"expected >= 2, got {self.num_samples}")
         _require(self.num_classes >= 2, "num_classes", f"expected >= 2, got {self.num_classes}")
         _require(self.channels >= 1, "channels", f"expected >= 1, got {self.channels}")
@@ -270,6 +272,10 @@ class DevicesConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N ; under DDP each rank uses cuda:LOCAL_RANK
     strategy: Literal["auto", "single", "ddp"] = "auto"
     pin_memory: bool = False
+    # torch's CPU threads (torch.set_num_threads); null: $OMP_NUM_THREADS, else torch's default
+    # (every core). A thread count changes the order of float sums, so a trial's value is only
+    # reproduced with its own: `dvt-hpo best --export` writes what the trial ran with.
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         _require(
@@ -277,12 +283,20 @@ class DevicesConfig:
             "device",
             f"expected 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}",
         )
+        _require(
+            self.threads is None or self.threads >= 1,
+            "threads",
+            f"expected >= 1 or null, got {self.threads}",
+        )
 
 
 @dataclass(frozen=True)
 class TrainerConfig:
     epochs: int = 10
     seed: int = 0
+    # torch.use_deterministic_algorithms (warn-only) and no cuDNN autotuning: the same numbers
+    # run after run on one machine, at some speed.
+    deterministic: bool = False
     output_dir: str = "runs/train"
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)

@@ -120,12 +120,20 @@ def _digits(cfg: DataConfig) -> tuple[Dataset[Any], int, tuple[str, ...]]:
 
 
 class SyntheticImages(Dataset[tuple[torch.Tensor, torch.Tensor]]):
-    """``num_samples`` images: class pattern (a 4x4 random map upsampled) + unit noise."""
+    """``num_samples`` images: class pattern (a 4x4 random map upsampled) + Gaussian noise of
+    standard deviation ``noise``."""
 
     def __init__(
-        self, num_samples: int, num_classes: int, channels: int, image_size: int, seed: int
+        self,
+        num_samples: int,
+        num_classes: int,
+        channels: int,
+        image_size: int,
+        seed: int,
+        noise: float = 1.0,
     ) -> None:
         self.num_samples = num_samples
+        self.noise = noise
         self.num_classes = num_classes
         self.image_size = image_size
         self.seed = seed
@@ -145,7 +153,7 @@ class SyntheticImages(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         # Per-index stream: the same index gives the same image in any order or worker.
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
         noise = torch.randn(self.patterns.shape[1:], generator=generator)
-        return self.patterns[label] + noise, label
+        return self.patterns[label] + self.noise * noise, label
 
 
 def _warn(message: str) -> None:
@@ -334,7 +342,9 @@ def build_data(cfg: DataConfig, seed: int) -> DataBundle:
     else:
         syn = cfg.synthetic
         side = cfg.image_size or DEFAULT_IMAGE_SIZE
-        full = SyntheticImages(syn.num_samples, syn.num_classes, syn.channels, side, seed)
+        full = SyntheticImages(
+            syn.num_samples, syn.num_classes, syn.channels, side, seed, noise=syn.noise
+        )
         num_classes, names = syn.num_classes, tuple(str(i) for i in range(syn.num_classes))
         in_shape = (syn.channels, side, side)
     full = _cap(full, cfg.max_samples, seed)

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from dvt_hpo.train.config import LatencyConfig
+from dvt_hpo.train.metric_names import MEASURED
 
 __all__ = [
     "MEASURED_METRICS",
@@ -42,7 +43,7 @@ __all__ = [
 
 log = logging.getLogger("dvt_hpo.train")
 
-MEASURED_METRICS = ("n_params", "epoch_s", "peak_memory_mb", "latency_ms")
+MEASURED_METRICS = MEASURED  # one list with validate's check of the objective
 
 # ru_maxrss is in KiB on Linux and in bytes on macOS.
 _RSS_UNIT = 1 if sys.platform == "darwin" else 1024

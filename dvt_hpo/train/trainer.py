@@ -48,6 +48,7 @@ from dvt_hpo.train.config import (
 )
 from dvt_hpo.train.data import DataBundle, build_data
 from dvt_hpo.train.measure import TrialMeasures
+from dvt_hpo.train.metric_names import LEARNED
 from dvt_hpo.train.models import build_model
 
 __all__ = [
@@ -64,7 +65,8 @@ __all__ = [
 
 log = logging.getLogger("dvt_hpo.train")
 
-REPORTED_METRICS = ("loss", "train_loss", "accuracy", "macro_f1")
+# One list with validate's check of the objective (dvt_hpo.study.known_metrics).
+REPORTED_METRICS = LEARNED
 _AMP_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -146,6 +148,18 @@ def set_threads_from_env() -> None:
     threads = os.environ.get("OMP_NUM_THREADS", "")
     if threads.isdigit() and int(threads) > 0:
         torch.set_num_threads(int(threads))
+
+
+def set_runtime(cfg: TrainerConfig) -> None:
+    """What changes numbers besides the seed: the thread count (``devices.threads``, else the
+    slot's ``OMP_NUM_THREADS``) and ``deterministic``."""
+    if cfg.devices.threads is not None:
+        torch.set_num_threads(cfg.devices.threads)
+    else:
+        set_threads_from_env()
+    if cfg.deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.backends.cudnn.benchmark = False
 
 
 # --------------------------------------------------------------------------------------------
@@ -423,7 +437,7 @@ class Trainer:
         self._chief_stopped = False  # the chief left early (pruned or failed in ctx.report)
 
     def fit(self) -> dict[str, float]:
-        set_threads_from_env()
+        set_runtime(self.cfg)
         info = dist_info_from_env(self.cfg.devices.strategy)
         device = resolve_device(self.cfg.devices.device, info)
         self.info, self.device = info, device
@@ -481,7 +495,8 @@ class Trainer:
         measures = TrialMeasures(raw_model, device, cfg.eval.latency)
         set_attrs = getattr(self.ctx, "set_user_attrs", None)
         if set_attrs is not None:
-            set_attrs({"n_params": measures.n_params})
+            # What the trial ran with that changes its numbers, for `best --export` to rerun.
+            set_attrs({"n_params": measures.n_params, "threads": torch.get_num_threads()})
         log.info(
             "training %s on %s x%d, batch %d x %d accumulated, %d epochs",
             cfg.model.builder,
@@ -572,8 +587,14 @@ class Trainer:
             return cfg
         info, device = self.info, self.device
         fits = make_fits(cfg, data.in_shape, data.num_classes, device, ddp=info.enabled)
+        # The probes run on random tensors of any size; the data caps what a batch can hold
+        # (per rank: DistributedSampler pads every rank's share to the same size).
+        samples = math.ceil(len(data.train) / info.world_size)  # type: ignore[arg-type]
         choice = find(
-            fits, device=device_label(device), agree=self._agree if info.enabled else None
+            fits,
+            device=device_label(device),
+            agree=self._agree if info.enabled else None,
+            samples=samples,
         )
         if choice is None:
             return cfg

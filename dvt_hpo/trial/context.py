@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
@@ -62,10 +62,14 @@ class BatchSizeChoice:
     cache: CacheStatus
     probe_sizes: tuple[int, ...]  # the sizes probed, in order
     records: tuple[ProbeRecord, ...] = ()
+    # The training samples per process when they capped the search below batch_size.max and
+    # the search reached that cap (memory did not stop it first): a batch larger than the data
+    # holds is never filled, however much memory there is.
+    data_cap: int | None = None
 
     def user_attrs(self) -> dict[str, Any]:
         """The Optuna user attrs a trial records for its batch size."""
-        return {
+        attrs: dict[str, Any] = {
             "batch_size": self.batch_size,
             "batch_size_found": self.found,
             "accumulate_steps": self.accumulate_steps,
@@ -74,6 +78,18 @@ class BatchSizeChoice:
             "batch_size_cache": self.cache,
             "batch_size_probe_sizes": list(self.probe_sizes),
         }
+        if self.data_cap is not None:
+            attrs["batch_size_data_cap"] = self.data_cap
+        return attrs
+
+    def cap_note(self) -> str | None:
+        """What a trial says when the training set capped the search."""
+        if self.data_cap is None:
+            return None
+        return (
+            f"batch size search capped at {self.data_cap}, the training samples per process "
+            "(a larger batch is never filled)"
+        )
 
 
 def effective_split(found: int, effective: int | None) -> tuple[int, int]:
@@ -85,9 +101,19 @@ def effective_split(found: int, effective: int | None) -> tuple[int, int]:
     return math.ceil(effective / accumulate), accumulate
 
 
-def cache_entry_key(cache_key: str, device: str) -> str:
-    """The study cache's key: the payload's ``cache_key`` and the device description."""
-    return hashlib.sha256(f"{cache_key}\n{device}".encode()).hexdigest()
+def _grid_top(settings: BatchSizeSpec) -> int:
+    """The largest size the search tries: ``max`` rounded down to ``multiple_of`` (``max``
+    when no multiple lies in ``[min, max]``)."""
+    top = settings.max - settings.max % settings.multiple_of
+    return top if top >= settings.min else settings.max
+
+
+def cache_entry_key(cache_key: str, device: str, data_cap: int | None = None) -> str:
+    """The study cache's key: the payload's ``cache_key``, the device description and the cap
+    the training set put on the search (a size found under one cap is no answer for a larger
+    one)."""
+    text = f"{cache_key}\n{device}" + (f"\ncap {data_cap}" if data_cap is not None else "")
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def distributed_env(env: Mapping[str, str] | None = None) -> tuple[int, int, int]:
@@ -220,6 +246,7 @@ class _BaseContext:
         *,
         device: str = "cpu",
         agree: Callable[[int], int] | None = None,
+        samples: int | None = None,
     ) -> BatchSizeChoice | None:
         """Find the batch size for this trial; ``None`` when ``batch_size.auto`` is off.
 
@@ -230,18 +257,30 @@ class _BaseContext:
         match. With the study cache (inside a study, when the payload has a ``cache_key``):
         a cached size gets one verifying probe; if it no longer fits, a fresh search runs
         (``cache="stale"``); the chief stores the agreed size. ``device`` names the device
-        model and memory and is part of the cache key.
+        model and memory and is part of the cache key. ``samples``: the training samples each
+        process sees (under DDP the sampler's share); the search never goes past it, says so
+        when that caps it below ``batch_size.max``, and keys the cache by the cap.
         """
         settings = self.batch_size_settings
         if settings is None or not settings.auto:
             return None
+        cap: int | None = None
+        if samples is not None and samples < settings.max:
+            cap = max(1, int(samples))
+            # The search's bounds under the cap (min itself when the data is smaller).
+            settings = replace(
+                settings,
+                max=cap,
+                min=min(settings.min, cap),
+                start=None if settings.start is None else min(settings.start, cap),
+            )
         began = time.perf_counter()
         records: list[ProbeRecord] = []
         cached: int | None = None
         key: str | None = None
         status: CacheStatus = "off"
         if self._cache_enabled() and self.cache_key:
-            key = cache_entry_key(self.cache_key, device)
+            key = cache_entry_key(self.cache_key, device, cap)
             cached = self._usable_cached_size(self._cache_get(key), settings)
             status = "miss"
         local: int | None = None
@@ -300,7 +339,10 @@ class _BaseContext:
             cache=status,
             probe_sizes=tuple(r.size for r in records),
             records=tuple(records),
+            data_cap=cap if cap is not None and found >= _grid_top(settings) else None,
         )
+        if (note := choice.cap_note()) is not None and self.is_chief:
+            print(f"dvt-hpo: {note}", file=sys.stderr, flush=True)
         self.batch_size_choice = choice
         self.set_user_attrs(choice.user_attrs())
         return choice

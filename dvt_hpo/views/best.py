@@ -52,7 +52,32 @@ def best_config(
             set_path(config, spec.batch_size.accumulate_path, acc)
     if has_path(config, "checkpoint.enable_checkpointing"):
         set_path(config, "checkpoint.enable_checkpointing", True)
+    _as_it_ran(spec, config, best)
     return config, stored is not None
+
+
+def _as_it_ran(spec: StudySpec, config: dict[str, Any], trial: Any) -> None:
+    """What the trial ran with that changes its numbers besides its config, for the built-in
+    trainer (``dvt-hpo train`` reproduces the trial's value with it): the CPU threads it got
+    (``devices.threads``; ``train`` would otherwise take every core), and its objective as the
+    checkpoint's monitor, so that ``train``'s summary line shows the value the study kept."""
+    from dvt_hpo.studyfile.model import BUILTIN_ENTRYPOINT
+    from dvt_hpo.train.metric_names import LEARNED
+
+    if spec.trainer.entrypoint != BUILTIN_ENTRYPOINT:
+        return
+    threads = trial.user_attrs.get("threads")
+    if (
+        isinstance(threads, int)
+        and not isinstance(threads, bool)
+        and has_path(config, "devices.threads")
+        and space.get_path(config, "devices.threads") is None
+    ):
+        space.set_path(config, "devices.threads", threads)
+    metric, direction = spec.objective.metric, spec.objective.direction
+    if metric in LEARNED and has_path(config, "checkpoint.monitor"):
+        space.set_path(config, "checkpoint.monitor", metric)
+        space.set_path(config, "checkpoint.mode", "max" if direction == "maximize" else "min")
 
 
 def front_table(best: Best, names: Sequence[str]) -> list[str]:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from dvt_hpo.exceptions import DvtHpoError
 from dvt_hpo.study.constraints import constraints_of, feasible
 from dvt_hpo.study.front import no_feasible_message, select_best
+from dvt_hpo.study.outcome import reason_of
 from dvt_hpo.studyfile.objective import describe_objective
 
 if TYPE_CHECKING:
@@ -84,7 +85,7 @@ def _trial_table(
             attrs.get("duration_s"),
             attrs.get("batch_size"),
             attrs.get("epochs_reported"),
-            attrs.get("reason"),
+            reason_of(t.state.name, attrs),
         ]
         rows.append(
             f'<tr class="{t.state.name}">'

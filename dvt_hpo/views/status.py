@@ -17,17 +17,16 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from dvt_hpo.study.budget import OVER_BUDGET_ATTR, RETRY_HISTORY_ATTR, Attempt, uncounted_attempts
 from dvt_hpo.study.front import no_feasible_message, select_best
 from dvt_hpo.study.messages import fmt_params
+from dvt_hpo.study.outcome import reason_of
 
 if TYPE_CHECKING:
     import optuna
 
     from dvt_hpo.studyfile import StudySpec
 
-# Written by the runner for a trial closed at once because another worker took the last trial
-# of the budget: not a failure worth showing.
-_OVER_BUDGET_ATTR = "dvt_hpo:over_budget"
 STATES = ("RUNNING", "WAITING", "COMPLETE", "PRUNED", "FAIL")
 
 
@@ -77,9 +76,18 @@ class StudyStatus:
     directions: list[str] = field(default_factory=list)
     front: list[BestTrial] = field(default_factory=list)  # several objectives: feasible front
     no_feasible: str | None = None  # why there is no best although trials completed
+    pruned: list[FailedTrial] = field(default_factory=list)  # the last pruned, newest first
+    # Finished trials that do not count towards n_trials (dvt_hpo.study.budget), by why.
+    not_counted: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def finished(self) -> int:
+        """Finished trials that count towards ``n_trials``: what ``run`` counts."""
+        done = self.counts["COMPLETE"] + self.counts["PRUNED"] + self.counts["FAIL"]
+        return done - sum(self.not_counted.values())
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1, allow_nan=True)
+        return json.dumps({**asdict(self), "finished": self.finished}, indent=1, allow_nan=True)
 
 
 def last_report(trial: optuna.trial.FrozenTrial, metric: str) -> tuple[int | None, float | None]:
@@ -134,12 +142,65 @@ def _counts(storage: Any, study_id: int) -> dict[str, int]:
     return {name: found.get(name, 0) for name in STATES}
 
 
-def _last_failed(storage: Any, study_id: int, n: int) -> list[optuna.trial.FrozenTrial]:
+def _uncounted(storage: Any, study_id: int) -> dict[int, str]:
+    """The trials that do not count towards ``n_trials``, by :mod:`dvt_hpo.study.budget`'s rule.
+    On RDB storages two small queries: the trials carrying a retry history or the over-budget
+    mark (few), and the numbers of the FAIL trials."""
     from optuna.trial import TrialState
 
     engine = getattr(storage, "engine", None)
     if engine is None:
-        failed = storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.FAIL,))
+        trials = storage.get_all_trials(study_id, deepcopy=False)
+        return uncounted_attempts(
+            Attempt(
+                t.number,
+                t.state.name,
+                bool(t.system_attrs.get(OVER_BUDGET_ATTR)),
+                tuple(t.system_attrs.get(RETRY_HISTORY_ATTR) or ()),
+            )
+            for t in trials
+        )
+    import sqlalchemy
+
+    with engine.connect() as conn:
+        marked = conn.execute(
+            sqlalchemy.text(
+                "SELECT t.number, a.key, a.value_json FROM trial_system_attributes a "
+                "JOIN trials t ON t.trial_id = a.trial_id "
+                "WHERE t.study_id = :sid AND a.key IN (:retries, :over)"
+            ),
+            {"sid": study_id, "retries": RETRY_HISTORY_ATTR, "over": OVER_BUDGET_ATTR},
+        ).all()
+        if not marked:
+            return {}
+        failed = conn.execute(
+            sqlalchemy.text("SELECT number FROM trials WHERE study_id = :sid AND state = :fail"),
+            {"sid": study_id, "fail": TrialState.FAIL.name},
+        ).all()
+    retries: dict[int, tuple[int, ...]] = {}
+    over: set[int] = set()
+    for number, key, value in marked:
+        if key == RETRY_HISTORY_ATTR:
+            retries[int(number)] = tuple(int(n) for n in json.loads(value) or ())
+        elif json.loads(value):
+            over.add(int(number))
+    fails = {int(n) for (n,) in failed}
+    numbers = fails | over | set(retries)
+    return uncounted_attempts(
+        Attempt(n, "FAIL" if n in fails else "OTHER", n in over, retries.get(n, ()))
+        for n in numbers
+    )
+
+
+def _last_failed(
+    storage: Any, study_id: int, n: int, state: str = "FAIL"
+) -> list[optuna.trial.FrozenTrial]:
+    """The last ``n`` trials that ended in ``state`` (FAIL: over-budget closures left out)."""
+    from optuna.trial import TrialState
+
+    engine = getattr(storage, "engine", None)
+    if engine is None:
+        failed = storage.get_all_trials(study_id, deepcopy=False, states=(TrialState[state],))
     else:
         import sqlalchemy
 
@@ -147,19 +208,26 @@ def _last_failed(storage: Any, study_id: int, n: int) -> list[optuna.trial.Froze
         with engine.connect() as conn:
             ids = conn.execute(
                 sqlalchemy.text(
-                    "SELECT trial_id FROM trials WHERE study_id = :sid AND state = 'FAIL' "
+                    "SELECT trial_id FROM trials WHERE study_id = :sid AND state = :state "
                     "ORDER BY datetime_complete DESC, number DESC LIMIT :n"
                 ),
-                {"sid": study_id, "n": 4 * n},
+                {"sid": study_id, "n": 4 * n, "state": state},
             ).all()
         failed = [storage.get_trial(trial_id) for (trial_id,) in ids]
-    failed = [t for t in failed if not t.system_attrs.get(_OVER_BUDGET_ATTR)]
+    # A trial closed as over budget is not a failure worth showing.
+    failed = [t for t in failed if not t.system_attrs.get(OVER_BUDGET_ATTR)]
     failed.sort(key=lambda t: (t.datetime_complete or datetime.min, t.number), reverse=True)
     return failed[:n]
 
 
 def read_status(
-    storage: Any, study_id: int, spec: StudySpec, *, n_failures: int = 5, now: float | None = None
+    storage: Any,
+    study_id: int,
+    spec: StudySpec,
+    *,
+    n_failures: int = 5,
+    n_pruned: int = 3,
+    now: float | None = None,
 ) -> StudyStatus:
     """The status of study ``study_id`` in ``storage`` (an Optuna storage, not the trial
     cache ``optuna.load_study`` wraps RDB storages in)."""
@@ -168,6 +236,9 @@ def read_status(
     from dvt_hpo.store.redact import redact_url
 
     counts = _counts(storage, study_id)
+    not_counted: dict[str, int] = {}
+    for why in _uncounted(storage, study_id).values():
+        not_counted[why] = not_counted.get(why, 0) + 1
 
     best: BestTrial | None = None
     front: list[BestTrial] = []
@@ -211,15 +282,20 @@ def read_status(
         )
     running.sort(key=lambda r: r.number)
 
-    failures = [
-        FailedTrial(
-            t.number,
-            str(t.user_attrs.get("reason") or "no reason recorded"),
-            t.datetime_complete.isoformat(timespec="seconds") if t.datetime_complete else None,
-            t.user_attrs.get("retry_of"),
-        )
-        for t in _last_failed(storage, study_id, n_failures)
-    ]
+    failures, pruned = (
+        [
+            FailedTrial(
+                t.number,
+                reason_of(t.state.name, t.user_attrs) or "no reason recorded",
+                t.datetime_complete.isoformat(timespec="seconds") if t.datetime_complete else None,
+                t.user_attrs.get("retry_of"),
+            )
+            for t in _last_failed(storage, study_id, n, state)
+        ]
+        if counts[state]
+        else []
+        for state, n in (("FAIL", n_failures), ("PRUNED", n_pruned))
+    )
     return StudyStatus(
         study=spec.study.name,
         storage=redact_url(spec.study.storage),
@@ -230,10 +306,12 @@ def read_status(
         best=best,
         running=running,
         failures=failures,
+        pruned=pruned,
         metrics=list(objective.names),
         directions=list(objective.directions),
         front=front,
         no_feasible=no_feasible,
+        not_counted=not_counted,
     )
 
 
@@ -257,7 +335,7 @@ def _fmt_elapsed(seconds: float) -> str:
 
 def format_status(status: StudyStatus) -> str:
     counts = status.counts
-    finished = counts["COMPLETE"] + counts["PRUNED"] + counts["FAIL"]
+    finished = status.finished
     budget = f"{finished}/{status.n_trials}" if status.n_trials is not None else f"{finished}"
     pairs = zip(
         status.directions or [status.direction], status.metrics or [status.metric], strict=True
@@ -265,7 +343,9 @@ def format_status(status: StudyStatus) -> str:
     lines = [
         f"study {status.study!r} on {status.storage}: {budget} trials finished, "
         + ", ".join(f"{d} {m}" for d, m in pairs),
-        "  " + ", ".join(f"{n} {s.lower()}" for s, n in counts.items()),
+        "  "
+        + ", ".join(f"{n} {s.lower()}" for s, n in counts.items())
+        + "".join(f"; {n} {why} (not counted)" for why, n in status.not_counted.items()),
     ]
     names = status.metrics or [status.metric]
     if status.no_feasible is not None:
@@ -298,6 +378,10 @@ def format_status(status: StudyStatus) -> str:
                 f"  trial {r.number:>4}  {_fmt_elapsed(r.elapsed_s)}  {r.host or '?'}  "
                 f"epoch {step}  {reports}  {fmt_params(r.params)}"
             )
+    if status.pruned:
+        lines.append("last pruned:")
+        for p in status.pruned:
+            lines.append(f"  trial {p.number:>4}  {p.finished or '?'}  {p.reason}")
     if status.failures:
         lines.append("last failures:")
         for f in status.failures:

@@ -22,6 +22,7 @@ from dvt_hpo.backends.deepvisiontools.scoring import (
 )
 from dvt_hpo.config.schema import from_mapping
 from dvt_hpo.exceptions import SpecError
+from dvt_hpo.study.preflight import load_runnable
 from dvt_hpo.studyfile import load_spec
 from tests.backends.conftest import ENTRYPOINT, EXAMPLE_DIR, REPO_ROOT, SCHEMA
 
@@ -132,6 +133,59 @@ def test_schema_requires_model_optimizer_data_and_settings(trainer_config: dict[
         del config[key]
         with pytest.raises(SpecError, match=f"missing required key '{key}'"):
             from_mapping(BackendConfig, config)
+
+
+# -- the metrics a trial reports, checked before training (issue 18, item 1) -------------------
+
+
+def objective_check(tmp_path: Path, config: dict[str, Any], objective: dict[str, Any]) -> Path:
+    path = study(tmp_path, config, [LR])
+    doc = yaml.safe_load(path.read_text())
+    doc["objective"] = objective
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("objective", "edit", "message"),
+    [
+        ({"metric": "macro_f2", "direction": "maximize"}, {}, "did you mean 'macro_f1'"),
+        ({"metric": "loss"}, {"data": {"valid": None}}, "give trainer.config.data.valid"),
+        (
+            {"metric": "macro_f1"},
+            {"settings": {"task": "instance_mask"}},
+            "confusion matrix of task semantic_mask, not instance_mask",
+        ),
+        (
+            {"metric": "loss", "constraints": [{"metric": "nparams", "max": 1e6}]},
+            {},
+            "did you mean 'n_params'",
+        ),
+    ],
+)
+def test_a_metric_the_backend_never_reports_is_refused(
+    tmp_path: Path,
+    trainer_config: dict[str, Any],
+    objective: dict[str, Any],
+    edit: dict[str, Any],
+    message: str,
+) -> None:
+    for section, values in edit.items():
+        trainer_config[section] = {**trainer_config[section], **values}
+    path = objective_check(tmp_path, trainer_config, objective)
+    load_spec(path)  # the file itself is valid: what the trainer reports is a runnable check
+    with pytest.raises(SpecError) as info:
+        load_runnable(path)
+    assert "the deepvisiontools backend" in info.value.message and message in info.value.message
+    assert info.value.field is not None and info.value.field.startswith("objective.")
+
+
+@pytest.mark.parametrize("metric", ["macro_f1_foreground", "valid/iou/cls1", "train/loss"])
+def test_ours_and_the_library_names_are_accepted(
+    tmp_path: Path, trainer_config: dict[str, Any], metric: str
+) -> None:
+    path = objective_check(tmp_path, trainer_config, {"metric": metric, "direction": "maximize"})
+    assert load_runnable(path).objective.metric == metric
 
 
 # -- isolation --------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,9 @@ import optuna
 import pytest
 import yaml
 
-from tests.backends.conftest import ENTRYPOINT, REPO_ROOT, SCHEMA, needs_dvt
+from dvt_hpo.study.known_metrics import known_for
+from dvt_hpo.studyfile import load_spec
+from tests.backends.conftest import ENTRYPOINT, EXAMPLE_DIR, REPO_ROOT, SCHEMA, needs_dvt
 
 pytestmark = [needs_dvt, pytest.mark.processes, pytest.mark.timeout(900)]
 
@@ -158,6 +161,11 @@ def test_study_prunes_samples_the_model_and_writes_only_inside_trial_folders(
         assert metrics["macro_f1"] == pytest.approx(metrics["valid/f1/macro"], abs=1e-6)
         assert metrics["macro_f1_foreground"] == pytest.approx(metrics["valid/f1/cls1"], abs=1e-6)
         assert metrics["epochs_run"] == 3
+        # What validate knows ahead is what a trial reports (issue 18, item 1).
+        known = known_for(load_spec(study_path))
+        assert known is not None
+        assert {k for k in metrics if "/" not in k} == known.epoch | known.final
+        assert all(k.startswith(known.open_prefixes) for k in metrics if "/" in k)
     for trial in trials:
         # The sampled architecture is the one trained.
         assert trial.user_attrs["n_params"] == unet_params(trial.params["attention"])
@@ -180,10 +188,12 @@ def test_study_prunes_samples_the_model_and_writes_only_inside_trial_folders(
     ]
 
 
-@pytest.mark.parametrize(("pruner", "state", "steps"), [
-    (PRUNE_FROZEN, optuna.trial.TrialState.COMPLETE, [0, 1, 2]),
-    # Every trial's training loss is above 0: pruned at epoch 1 (n_warmup_steps).
-    ({**PRUNE_FROZEN, "upper": 0.0}, optuna.trial.TrialState.PRUNED, [0, 1]),
+@pytest.mark.parametrize(("pruner", "state", "steps", "batch_max", "batch", "cap"), [
+    (PRUNE_FROZEN, optuna.trial.TrialState.COMPLETE, [0, 1, 2], 4, 4, None),
+    # Every trial's training loss is above 0: pruned at epoch 1 (n_warmup_steps). And a
+    # batch_size.max the data cannot fill: the search stops at each rank's 8 samples (the
+    # probes sample with replacement, so 64 would "fit").
+    ({**PRUNE_FROZEN, "upper": 0.0}, optuna.trial.TrialState.PRUNED, [0, 1], 64, 8, 8),
 ])  # fmt: skip
 def test_a_two_rank_torchrun_trial(
     tmp_path: Path,
@@ -193,6 +203,9 @@ def test_a_two_rank_torchrun_trial(
     pruner: dict[str, Any],
     state: optuna.trial.TrialState,
     steps: list[int],
+    batch_max: int,
+    batch: int,
+    cap: int | None,
 ) -> None:
     cwd, home = clean_dirs
     # smp keeps resnet18's last two stages when encoder_depth is 3: DDP must be told that
@@ -211,7 +224,7 @@ def test_a_two_rank_torchrun_trial(
         objective=ON_TRAIN_LOSS,
         trials={"launcher": "torchrun", "nproc_per_node": 2},
         # 8 training samples per rank: 2 steps per epoch, as the single-process trials.
-        batch_size={"auto": True, "path": "data.batch_size", "min": 2, "max": 4},
+        batch_size={"auto": True, "path": "data.batch_size", "min": 2, "max": batch_max},
     )  # fmt: skip
     done = dvt_hpo_run(study_path, cwd, home)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -225,6 +238,30 @@ def test_a_two_rank_torchrun_trial(
     result = json.loads((folder / "result.json").read_text())
     assert result["status"] == ("ok" if state == optuna.trial.TrialState.COMPLETE else "pruned")
     assert trial.user_attrs["n_params"] == unet_params(None)
-    # The batch-size search ran on both ranks and agreed (all-reduce MIN) on 4.
-    assert trial.user_attrs["batch_size"] == 4
+    # The batch-size search ran on both ranks and agreed (all-reduce MIN).
+    assert trial.user_attrs["batch_size"] == batch
+    assert trial.user_attrs.get("batch_size_data_cap") == cap
     assert list(home.iterdir()) == [] and list(cwd.iterdir()) == []
+
+
+def test_the_example_study_tunes_something(
+    tmp_path: Path, dataset: Path, clean_dirs: tuple[Path, Path]
+) -> None:
+    """studies/deepvisiontools as shipped but 4 trials: its best is clearly better than its
+    worst (issue 18, item 11; tests/test_examples.py does the CPU examples)."""
+    cwd, home = clean_dirs
+    folder = tmp_path / "example"
+    shutil.copytree(EXAMPLE_DIR, folder, ignore=shutil.ignore_patterns("*.db", "runs", "data"))
+    (folder / "data").symlink_to(dataset)  # the demo data its header says to generate
+    env = {**os.environ, "HOME": str(home), "PYTHONPATH": str(REPO_ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "dvt_hpo", "run", str(folder / "study.yaml"),
+         "--set", "study.n_trials=4"],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    study = optuna.load_study(
+        study_name="deepvisiontools-unet", storage=f"sqlite:///{folder / 'deepvisiontools.db'}"
+    )
+    values = [t.value for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(values) >= 2 and max(values) - min(values) >= 0.1, (values, done.stdout)

@@ -122,4 +122,4 @@ def test_example_trainer_yaml_loads_with_deepvisiontools_from_yaml(tmp_path: Pat
         text=True,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split()[-2:] == ["6", "smp"]
+    assert done.stdout.split()[-2:] == ["2", "smp"]

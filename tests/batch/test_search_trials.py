@@ -178,6 +178,34 @@ def digits(tmp_path_factory: pytest.TempPathFactory) -> Ran:
     return Ran(path, "bs-digits", by_number(study), lines)
 
 
+def test_the_search_never_goes_past_the_training_set(tmp_path: Path) -> None:
+    # 40 digits, 32 of them for training: the probes (random tensors) would fit 1024.
+    doc = trainer_study(
+        "bs-small-data",
+        config={
+            "model": {"builder": "cnn", "kwargs": {"width": 8, "depth": 1}},
+            "data": {"kind": "digits", "batch_size": 8, "max_samples": 40},
+        },
+        batch_size={"min": 8, "max": 1024},
+        space=[LR],
+        n_trials=1,
+    )
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    lines: list[str] = []
+    ran = Ran(path, "bs-small-data", by_number(run_study(path, lines=lines)), lines)
+
+    attrs = ran.trials[0].user_attrs
+    assert ran.trials[0].state == State.COMPLETE, attrs.get("reason")
+    assert attrs["batch_size_probe_sizes"] == [8, 16, 32]
+    assert (attrs["batch_size"], attrs["batch_size_data_cap"]) == (32, 32)
+    assert any("capped at the 32 training samples per process" in line for line in lines), lines
+    log = (Path(attrs["log_dir"]) / "stderr.log").read_text()
+    assert "batch size search capped at 32" in log
+    (entry,) = ran.cache().values()
+    assert entry["batch_size"] == 32
+
+
 def test_digits_trials_complete(digits: Ran) -> None:
     assert sorted(digits.trials) == [0, 1, 2, 3]
     for t in digits.trials.values():
@@ -308,9 +336,11 @@ def synthetic_doc(name: str, *, memory_limit: int | None, low: int = 8) -> dict[
                 "kind": "synthetic",
                 "batch_size": 16,
                 "image_size": 256,
-                # More training samples than any size found below: training runs real
-                # batches of the found size.
-                "synthetic": {"num_samples": 400, "num_classes": 2, "channels": 3},
+                # More training samples (585) than batch_size.max: the search is capped at
+                # the training set's size, and training runs real batches of the found size;
+                # as few validation samples as before (65).
+                "val_fraction": 0.1,
+                "synthetic": {"num_samples": 650, "num_classes": 2, "channels": 3},
             },
         },
         batch_size={"min": low, "max": SYNTHETIC_MAX},

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -390,6 +391,31 @@ def test_the_example_study_runs_shortened(tmp_path: Path) -> None:
         assert sorted(trial.intermediate_values) == [0, 1]
         assert 0.0 < trial.value <= 1.0
         assert trial.user_attrs["last_metrics"]["loss"] > 0
+
+    # best --export writes the trial's command, and `dvt-hpo train` reruns it to its value
+    # (issue 18, item 7): today's argv with the params filled in, its folder and threads.
+    best = study.best_trial
+    exported = tmp_path / "out" / "best.yaml"
+    exported.parent.mkdir()
+    shown = subprocess.run(
+        [sys.executable, "-m", "dvt_hpo", "best", "study.yaml", "--set",
+         "trainer.config.epochs=2", "--export", str(exported)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert f"dvt-hpo train {exported}" in shown.stdout
+    data = yaml.safe_load(exported.read_text())
+    assert data["command"][:2] == [sys.executable, "train.py"]
+    assert data["command"][data["command"].index("--lr") + 1] == repr(best.params["lr"])
+    assert data["cwd"] == str(tmp_path) and data["trial"] == best.number
+    assert data["env"]["OMP_NUM_THREADS"] == str(best.user_attrs["threads"])
+    rerun = subprocess.run(
+        [sys.executable, "-m", "dvt_hpo", "train", str(exported)],
+        cwd=exported.parent, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    f1 = [float(v) for v in re.findall(r"^step \d+: .*macro_f1=(\S+)", rerun.stdout, re.M)]
+    assert len(f1) == 2 and max(f1) == float(f"{best.value:.6g}"), rerun.stdout
 
 
 @PROCESSES

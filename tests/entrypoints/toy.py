@@ -18,7 +18,9 @@ action may carry ``"rank": 1`` or ``"rank": [0, 2]`` to run only on those ranks.
 ``segfault``           SIGSEGV to itself
 ``allocate``           keep a ``bytearray(bytes)`` alive (MemoryError under RLIMIT_AS)
 ``spawn``              start a child process (a stand-in for a dataloader worker) sleeping
-                       ``seconds``; its pid goes to user attr ``child_pid``
+                       ``seconds``, holding the trial's stdout and stderr (``new_session:
+                       true``: in a session of its own); its pid goes to user attr
+                       ``child_pid``
 ``ignore_sigterm``     ignore SIGTERM from here on (only SIGKILL ends it)
 ``drop_sigterm``       SIGTERM to itself inside a weakref callback, where Python drops the
                        handler's TrialStopped (as in a garbage collection); then go on
@@ -107,7 +109,8 @@ def run(config: dict[str, Any], ctx: Any) -> dict[str, float] | None:
                 _kept.append(bytearray(action["bytes"]))
             elif do == "spawn":
                 child = subprocess.Popen(
-                    [sys.executable, "-c", f"import time; time.sleep({action.get('seconds', 60)})"]
+                    [sys.executable, "-c", f"import time; time.sleep({action.get('seconds', 60)})"],
+                    start_new_session=action.get("new_session", False),
                 )
                 ctx.set_user_attr("child_pid", child.pid)
             elif do == "drop_sigterm":

@@ -16,7 +16,8 @@ import optuna
 import pytest
 
 from dvt_hpo.exceptions import StudyStopped
-from dvt_hpo.process.tree import wait_gone
+from dvt_hpo.process.tree import pid_alive, wait_gone
+from dvt_hpo.store.reader import open_existing_storage
 from dvt_hpo.study.events import (
     BaseObserver,
     StudyEnded,
@@ -29,6 +30,8 @@ from dvt_hpo.study.loop import StudyRunner
 from dvt_hpo.study.preflight import load_runnable
 from dvt_hpo.study.recovery import retried_trial_number
 from dvt_hpo.studyfile import load_spec
+from dvt_hpo.views.html_report import write_report
+from dvt_hpo.views.status import format_status, read_status
 from tests.conftest import toy_study
 from tests.entrypoints.dropped import deliver_in_weakref_callback
 from tests.store.suite.gated import run_gated
@@ -183,6 +186,28 @@ def test_a_pruned_trial_stops_at_the_pruned_step_and_its_processes_are_gone(
     assert trial.user_attrs["pruned_step"] == 0
     child = trial.user_attrs["child_pid"]
     assert wait_gone([child], timeout_s=5), "the trial's child process outlived the prune"
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+def test_a_child_that_left_the_trial_group_ends_with_the_trial(
+    write_study: Callable[..., Path], unique_name: str, warm: bool
+) -> None:
+    # start_new_session=True: out of the trial's process group, which a stop signals, and
+    # holding the trial's stdout and stderr pipes (issue 18, item 10).
+    doc = toy(
+        unique_name,
+        [{"do": "spawn", "seconds": 120, "new_session": True}, {"do": "curve", "values": [0.5]}],
+        trials={"warm": warm},
+    )
+    doc["study"]["n_trials"] = 1
+    (trial,) = run(write_study(doc)).trials
+    assert trial.state == State.COMPLETE, trial.user_attrs
+    child = trial.user_attrs["child_pid"]
+    # Stopped before the trial was recorded, not left to run on under init.
+    assert not pid_alive(child)
+    assert trial.user_attrs["strays_stopped"] == [child]
+    # The pipes it held added nothing (two 5 s waits for their end of file before).
+    assert trial.user_attrs["duration_s"] < 5, trial.user_attrs
 
 
 def test_parallel_trials_run_at_the_same_time(
@@ -382,7 +407,9 @@ def test_observers_see_the_study_and_a_broken_one_costs_only_warnings(
     assert {n: e.state for n, e in finished.items()} == {0: "COMPLETE", 1: "FAIL", 2: "PRUNED"}
     assert finished[0].value == 0.9 and finished[0].reason is None
     assert "ValueError: trial one breaks" in (finished[1].reason or "")
-    assert finished[2].reason == "pruned at step 0"
+    # Pruned reads as pruned, and by which pruner, everywhere (issue 18, item 6).
+    pruned = "pruned at step 0 by ThresholdPruner"
+    assert finished[2].reason == pruned
     assert finished[0].user_attrs["epochs_reported"] == 2
 
     reported = of(events, TrialReported)
@@ -402,6 +429,13 @@ def test_observers_see_the_study_and_a_broken_one_costs_only_warnings(
     warnings = [line for line in lines if line.startswith("warning: observer Broken.")]
     assert len(warnings) == 3 + 3  # trial_started x3, trial_reported x3 (one line each)
     assert all("tracking server down" in line for line in warnings)
+
+    attrs = study.trials[2].user_attrs
+    assert attrs["reason"] == pruned and attrs["exit"].startswith("pruned (exit code"), attrs
+    text = format_status(read_status(*open_existing_storage(spec), spec))
+    assert "last pruned:\n  trial    2  " in text and f"{pruned}\nlast failures:" in text, text
+    write_report(spec, tmp_path / "report.html")
+    assert f"<td>{pruned}</td>" in (tmp_path / "report.html").read_text()
 
 
 class DropsAnInterrupt(BaseObserver):
@@ -518,6 +552,10 @@ def test_retry_failed_reruns_each_failed_trial_once_within_n_trials(
     assert "--retry-failed: no failed trial to retry" in again
     assert any("already has 2/2 trials" in line for line in again)
     assert len(optuna.load_study(study_name=unique_name, storage=spec.study.storage).trials) == 4
+    # status counts the budget as run does (issue 18, item 4), not 4/2.
+    status = read_status(*open_existing_storage(spec), spec)
+    assert status.finished == 2 and "2/2 trials finished" in format_status(status)
+    assert "2 failed and retried (not counted)" in format_status(status)
 
 
 def test_an_unusable_runs_dir_is_bad_input_before_the_study_is_written(

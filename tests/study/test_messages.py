@@ -14,6 +14,7 @@ from dvt_hpo.study.events import TrialFinished
 from dvt_hpo.study.front import select_best
 from dvt_hpo.study.messages import (
     dashboard_hint,
+    follow_up,
     objective_text,
     retry_hint,
     summary_lines,
@@ -28,28 +29,42 @@ def test_the_objective_shows_its_direction() -> None:
     assert "minimize" in text and "val_mse" in text
 
 
-def test_a_journal_file_is_given_as_the_plain_path_optuna_dashboard_reads() -> None:
-    hint = dashboard_hint("journal:////srv/my studies/s.log", installed=True)
-    command = hint.removeprefix("watch it: ")
-    assert shlex.split(command) == ["optuna-dashboard", "/srv/my studies/s.log"]
+def test_the_dashboard_hint_is_dvt_hpo_dashboard_on_the_same_study() -> None:
+    # optuna-dashboard is not on PATH in a venv that was not activated; dvt-hpo is.
+    hint = dashboard_hint(Path("/srv/my studies/study.yaml"), installed=True)
+    assert shlex.split(hint.removeprefix("watch it: ")) == [
+        "dvt-hpo", "dashboard", "/srv/my studies/study.yaml"
+    ]  # fmt: skip
 
 
-def test_a_url_without_secrets_is_pasted_as_is() -> None:
-    hint = dashboard_hint("sqlite:////tmp/s.db", installed=True)
-    assert hint == "watch it: optuna-dashboard sqlite:////tmp/s.db"
+def test_follow_ups_carry_the_overrides_of_the_run() -> None:
+    overrides = ("study.name=x", "study.n_trials=6", "trainer.config.note=two words")
+    hint = dashboard_hint(Path("/srv/study.yaml"), overrides, installed=True)
+    assert shlex.split(hint.removeprefix("watch it: ")) == [
+        "dvt-hpo", "dashboard", "/srv/study.yaml", "--set", "study.name=x",
+        "--set", "study.n_trials=6", "--set", "trainer.config.note=two words",
+    ]  # fmt: skip
+    retry = retry_hint([1], Path("/srv/study.yaml"), overrides).split(": ", 1)[1]
+    assert shlex.split(retry)[-3:] == ["--set", "trainer.config.note=two words", "--retry-failed"]
 
 
-def test_a_password_is_never_shown_and_the_command_still_works_when_pasted() -> None:
-    hint = dashboard_hint("postgresql://ann:s3cret@db.example:5432/hpo", installed=True)
+def test_a_relative_study_file_is_named_as_typed(monkeypatch: Any, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert follow_up("status", tmp_path / "sub" / "study.yaml") == "dvt-hpo status sub/study.yaml"
+
+
+def test_a_password_in_an_override_is_never_shown_and_the_command_still_works() -> None:
+    url = "postgresql://ann:s3cret@db.example:5432/hpo"
+    hint = dashboard_hint(Path("/srv/study.yaml"), (f"study.storage={url}",), installed=True)
     assert "s3cret" not in hint and "***" not in hint
     command = hint.removeprefix("watch it: ").split("  (")[0]
-    assert shlex.split(command) == ["optuna-dashboard", "postgresql://ann@db.example:5432/hpo"]
+    assert shlex.split(command)[-1] == "study.storage=postgresql://ann@db.example:5432/hpo"
     assert "PGPASSWORD" in hint and "password is not shown" in hint
 
 
 def test_without_optuna_dashboard_the_hint_says_how_to_install_it() -> None:
-    hint = dashboard_hint("sqlite:////tmp/s.db", installed=False)
-    assert "optuna-dashboard sqlite" not in hint
+    hint = dashboard_hint(Path("/srv/study.yaml"), installed=False)
+    assert "dvt-hpo dashboard" not in hint
     assert "pip install 'dvt-hpo[dashboard]'" in hint
 
 

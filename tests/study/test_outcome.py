@@ -243,3 +243,15 @@ def test_out_of_memory_in_a_gpu_share_names_the_share() -> None:
     assert classify(other, 1, Flags(), objective=OBJ, limits=Limits(per_gpu=4)).reason == (
         "ValueError: bad shape"
     )
+
+
+def test_a_pruned_trial_reads_as_pruned_by_its_pruner() -> None:
+    from dvt_hpo.study.outcome import pruned_reason, reason_of
+
+    assert pruned_reason(3, "median") == "pruned at step 3 by MedianPruner"
+    assert reason_of("PRUNED", {"reason": pruned_reason(3, "hyperband")}) == (
+        "pruned at step 3 by HyperbandPruner"
+    )
+    # A trial recorded before pruned trials had a reason still reads as pruned.
+    assert reason_of("PRUNED", {"pruned_step": 2, "exit": "exit code 3"}) == "pruned at step 2"
+    assert reason_of("COMPLETE", {"pruned_step": 2}) is None

@@ -72,6 +72,12 @@ def test_non_finite_epochs_are_skipped_and_a_nan_only_objective_diverged() -> No
             "objective 'b' was never reported; the trial reported ['a']",
         ),
         ([], ("a",), "objective.metric 'a' was never reported; the trial reported no metrics"),
+        # A custom trainer's names are not known ahead: the first trial names the close one.
+        (
+            [(0, {"macro_f1": 0.5, "loss": 1.0})],
+            ("macro_f2",),
+            "the trial reported ['loss', 'macro_f1']; did you mean 'macro_f1'?",
+        ),
         (
             [(0, {"a": 1.0}), (1, {"b": 2.0})],
             ("a", "b"),

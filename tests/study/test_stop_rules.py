@@ -8,6 +8,7 @@ import pytest
 
 from dvt_hpo.study.stop_rules import (
     SAME_REASON_STOP,
+    failure_kind,
     max_failures_limit,
     nothing_succeeded,
     stop_message,
@@ -54,6 +55,45 @@ def test_by_default_the_first_trials_failing_alike_stop_the_run() -> None:
 
 
 @pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        ("ValueError: bad lr 0.0123", "ValueError: bad lr 1e-05"),
+        ("ValueError: x=-3.5e+10", "ValueError: x=2"),
+        (
+            "FileNotFoundError: [Errno 2] No such file or directory: '/data/a/12.png'",
+            "FileNotFoundError: [Errno 2] No such file or directory: '/data/b/7.png'",
+        ),
+        ("KeyError: 'conv2d_7'", 'KeyError: "layer 3"'),
+        (
+            "RuntimeError: bad input at runs/t3/x.py:12",
+            "RuntimeError: bad input at runs/t9/x.py:80",
+        ),
+        ("rank 1: RuntimeError: shape [4, 8]", "rank 0: RuntimeError: shape [16, 2]"),
+    ],
+)
+def test_failures_differing_in_numbers_paths_or_quoted_values_are_alike(
+    one: str, other: str
+) -> None:
+    assert failure_kind(one) == failure_kind(other)
+    message = stop_message([fail(one), fail(other), fail(one)], None, 30)
+    assert message is not None and "failed with alike" not in message, message
+    assert f"failed alike (the same error, numbers, paths and quotes aside): {one}" in message
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        ("ValueError: bad lr 0.1", "TypeError: bad lr 0.1"),  # another kind
+        ("ValueError: bad lr 0.1", "ValueError: bad momentum 0.1"),  # another message
+        ("KeyError: 'x' in model.conv2", "KeyError: 'x' in model.conv3"),  # names keep digits
+    ],
+)
+def test_another_kind_or_message_is_another_failure(one: str, other: str) -> None:
+    assert failure_kind(one) != failure_kind(other)
+    assert stop_message([fail(one), fail(other), fail(one)], None, 30) is None
+
+
+@pytest.mark.parametrize(
     "outcomes",
     [
         [fail("a"), fail("b"), fail("a")],  # different reasons: maybe the params
@@ -73,6 +113,13 @@ def test_nothing_succeeded_names_the_most_common_reason() -> None:
     outcomes = [fail("a"), fail("b"), fail("b"), Out("FAIL", "interrupted", interrupted=True)]
     assert nothing_succeeded(outcomes) == (
         "no trial of this run succeeded (3 failed); most common reason (2 of 3): b"
+    )
+
+
+def test_nothing_succeeded_groups_reasons_that_fail_alike() -> None:
+    outcomes = [fail("ValueError: lr 0.1"), fail("ValueError: lr 0.2"), fail("OSError: disk")]
+    assert nothing_succeeded(outcomes) == (
+        "no trial of this run succeeded (3 failed); most common reason (2 of 3): ValueError: lr 0.1"
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -12,7 +13,7 @@ import optuna
 import pytest
 
 from dvt_hpo.exceptions import SpecError
-from dvt_hpo.study.workers import worker_command, worker_slots
+from dvt_hpo.study.workers import oversubscription, worker_command, worker_slots
 from dvt_hpo.studyfile import load_spec
 from tests.conftest import toy_study
 from tests.study.test_recovery import Orchestrator, load_trials, states
@@ -25,6 +26,8 @@ def test_devices_are_dealt_out_in_blocks(write_study: Callable[..., Path]) -> No
     argv, env = worker_command(spec.path, ["study.n_trials=4"], blocks[1], False)
     assert env["CUDA_VISIBLE_DEVICES"] == "2,3"
     assert argv[-4:] == ["--set", "study.n_trials=4", "--set", "trials.devices=auto"]
+    # What the worker prints names the study as the user did (issue 18, item 3).
+    assert json.loads(env["DVT_HPO_SHOWN_OVERRIDES"]) == ["study.n_trials=4"]
 
 
 def test_shared_gpus_are_named_once_per_worker(write_study: Callable[..., Path]) -> None:
@@ -98,3 +101,49 @@ def test_ctrl_c_stops_every_worker_and_records_their_trials_for_retry(
     failed = {t.number for t in trials if t.state.name == "FAIL"}
     copies = [t.system_attrs.get("failed_trial") for t in trials if t.state.name == "WAITING"]
     assert sorted(copies) == sorted(failed), out  # one copy for each interrupted trial
+
+
+def test_more_threads_than_cores_is_warned(
+    write_study: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 2 workers x 2 trials at a time on 2 cores took 27 s against 16 s for one orchestrator.
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    spec = load_spec(write_study(toy_study("w", trials={"devices": "cpu", "parallel": 2})))
+    blocks = worker_slots(spec, 2, gpus=[])
+    warning = oversubscription(spec, 2, blocks, cores=2)
+    assert warning is not None and "2 workers x 2 trial(s) at a time x 1 CPU thread(s)" in warning
+    assert "= 4 threads on 2 cores" in warning and "fewer --workers" in warning
+    assert oversubscription(spec, 2, blocks, cores=4) is None
+    # A thread count the user set is what the trials get.
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert "x 3 CPU thread(s) = 12 threads" in (oversubscription(spec, 2, blocks, cores=8) or "")
+
+
+@pytest.mark.processes
+def test_a_worker_with_nothing_left_exits_soon_after_the_last_trial(
+    write_study: Callable[..., Path], unique_name: str
+) -> None:
+    # One trial each, of different lengths: the worker done first waits for its sibling's
+    # trial (it may fail and need a retry), and used to re-read the study only every
+    # heartbeat_interval_s: up to 20 s idle here after that trial ended.
+    doc = toy_study(
+        unique_name,
+        study={"n_trials": 2, "heartbeat_interval_s": 20, "grace_period_s": 60},
+        search_space=[
+            {"name": "s", "path": "actions[0].seconds", "kind": "float", "low": 0.1, "high": 3}
+        ],
+    )
+    doc["trainer"]["config"] = {
+        "actions": [{"do": "sleep", "seconds": 0}, {"do": "curve", "values": [0.5]}]
+    }
+    study = write_study(doc)
+    code, out = Orchestrator(study, "--workers", "2").finish()
+    ended = time.time()
+    assert code == 0, out
+    trials = load_trials(study)
+    assert [s for _, s in states(trials)] == ["COMPLETE", "COMPLETE"], out
+    last = max(t.datetime_complete for t in trials if t.datetime_complete is not None)
+    # Not a heartbeat interval: a poll of about a second, plus the workers' own exit.
+    assert ended - last.timestamp() < 10, (ended - last.timestamp(), out)
+    watch = [line for line in out.splitlines() if "watch it:" in line]
+    assert len(watch) == 2 and not any("--set" in line for line in watch), watch

@@ -354,3 +354,60 @@ def test_the_loop_never_waits_for_a_store_that_does_not_answer(tmp_path: Path) -
         assert run.info.status == "FINISHED"
         history = client.get_metric_history(run.info.run_id, "score")
         assert sorted((m.step, m.value) for m in history) == [(0, 0.2), (1, 0.4), (2, 0.6)]
+
+
+def _parent(client: MlflowClient, name: str) -> Any:
+    experiment = client.get_experiment_by_name(name)
+    runs = client.search_runs([experiment.experiment_id], max_results=1000)
+    (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    return parent
+
+
+def test_the_parent_shows_the_best_when_trials_finish_out_of_order(tmp_path: Path) -> None:
+    # Two trials at a time: trial 1 finishes first with 0.5, then trial 0 with 0.9.
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    study = optuna.create_study(
+        study_name="order", storage=f"sqlite:///{tmp_path / 'o.db'}", direction="maximize"
+    )
+    loop = Loop(study, MlflowObserver(uri, "order", study=study), tmp_path / "none")
+    loop.start_study(n_done=0)
+    first, second = study.ask(), study.ask()
+    for trial in (first, second):
+        loop.observer.trial_started(TrialStarted(trial.number, trial._trial_id, {}, None, 0.0))
+    for trial, value in ((second, 0.5), (first, 0.9)):
+        study.tell(trial, value)
+        loop.observer.trial_finished(
+            TrialFinished(trial.number, trial._trial_id, "COMPLETE", value, {}, None, 1.0, {})
+        )
+    loop.end(exit_code=0)
+
+    parent = _parent(MlflowClient(tracking_uri=uri), "order")
+    assert parent.data.metrics["best_value"] == pytest.approx(0.9)
+    assert parent.data.tags["best_trial"] == "0"
+
+
+def test_a_resumed_parent_takes_the_study_best_not_what_mlflow_showed(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    study = optuna.create_study(
+        study_name="resumed", storage=f"sqlite:///{tmp_path / 'o.db'}", direction="maximize"
+    )
+    first = Loop(study, MlflowObserver(uri, "resumed", study=study), tmp_path / "none")
+    first.start_study(n_done=0)
+    first.trial("COMPLETE", [0.6])
+    first.end(exit_code=0)
+    client = MlflowClient(tracking_uri=uri)
+    parent_id = _parent(client, "resumed").info.run_id
+    # What the old step = trial number showed after an out-of-order finish: a worse value.
+    from mlflow.entities import Metric
+
+    client.log_batch(parent_id, metrics=[Metric("best_value", 0.3, int(time.time() * 1000), 7)])
+
+    second = Loop(study, MlflowObserver(uri, "resumed", study=study), tmp_path / "none")
+    second.start_study(n_done=1)
+    second.trial("COMPLETE", [0.5])  # better than 0.3, not than the study's 0.6
+    second.end(exit_code=0)
+
+    parent = _parent(client, "resumed")
+    assert parent.info.run_id == parent_id
+    assert parent.data.metrics["best_value"] == pytest.approx(0.6)
+    assert parent.data.tags["best_trial"] == "0"

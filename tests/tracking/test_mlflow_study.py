@@ -3,6 +3,9 @@ a resumed study keeps its one parent run."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,7 +17,7 @@ from mlflow.tracking import MlflowClient
 
 from dvt_hpo.study.loop import StudyRunner
 from dvt_hpo.studyfile import load_spec
-from tests.conftest import toy_study
+from tests.conftest import REPO_ROOT, toy_study
 
 pytestmark = pytest.mark.processes
 
@@ -72,3 +75,26 @@ def test_a_real_study_is_tracked_and_its_resume_reuses_the_parent_run(
         parents[0].info.run_id
     ]
     assert len([r for r in runs if "mlflow.parentRunId" in r.data.tags]) == 4
+
+
+def test_a_run_prints_no_mlflow_info_lines(
+    tmp_path: Path, write_study: Callable[..., Path]
+) -> None:
+    # A new tracking database: MLflow logs "Creating initial MLflow database tables..." and
+    # alembic its migrations at INFO, on stderr (issue 18, item 5).
+    doc = toy_study("quiet", tracking={"mlflow": {"tracking_uri": "sqlite:///mlflow.db"}})
+    doc["study"]["n_trials"] = 1
+    write_study(doc)
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "dvt_hpo", "run", "study.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "mlflow.db").is_file()
+    output = done.stdout + done.stderr
+    assert " INFO " not in output and "alembic" not in output, output

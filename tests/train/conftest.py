@@ -51,9 +51,14 @@ class FakeCtx:
         self.user_attrs.update(attrs)
 
     def find_batch_size(
-        self, fits: Callable[[int], Any], *, device: str = "cpu", agree: Any = None
+        self,
+        fits: Callable[[int], Any],
+        *,
+        device: str = "cpu",
+        agree: Any = None,
+        samples: int | None = None,
     ) -> FakeChoice | None:
-        self.search_calls.append({"device": device, "agree": agree})
+        self.search_calls.append({"device": device, "agree": agree, "samples": samples})
         if self.search is None:
             return None
         from dvt_hpo.batch.search import find_batch_size

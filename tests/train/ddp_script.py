@@ -37,7 +37,10 @@ class FileCtx:
         if self.prune_at is not None and step >= self.prune_at:
             raise TrialPruned(step)
 
-    def find_batch_size(self, fits: Any, *, device: str = "cpu", agree: Any = None) -> Choice:
+    def find_batch_size(
+        self, fits: Any, *, device: str = "cpu", agree: Any = None, samples: int | None = None
+    ) -> Choice:
+        self.samples = samples  # each rank's share of the training set
         self.probe = fits(8)
         # Ranks "find" different sizes; agree() must give every rank the smallest.
         self.agreed = agree(16 + 8 * self.rank)

@@ -73,7 +73,7 @@ def test_every_epoch_reports_the_measures_and_n_params_follows_the_width(
         (_, first), (_, second) = ctx.reports
         assert first["latency_ms"] == second["latency_ms"]  # measured once, repeated
         assert second["peak_memory_mb"] >= first["peak_memory_mb"]  # a peak never falls
-        assert ctx.user_attrs == {"n_params": expected}
+        assert ctx.user_attrs == {"n_params": expected, "threads": torch.get_num_threads()}
         assert result == {**second, "epochs_run": 2.0}
         counts[width] = expected
     assert counts[8] != counts[16]

@@ -66,6 +66,19 @@ def test_synthetic_is_deterministic_and_learnable() -> None:
     assert accuracy > 0.9
 
 
+def test_synthetic_noise_sets_the_difficulty() -> None:
+    def image(noise: float) -> torch.Tensor:
+        syn = SyntheticConfig(num_samples=10, num_classes=2, channels=1, noise=noise)
+        bundle = build_data(DataConfig(kind="synthetic", image_size=8, synthetic=syn), seed=0)
+        return bundle.train[0][0]
+
+    pattern = image(0.0)  # the class pattern alone
+    # The same noise draw, scaled: noise 20 buries the pattern 20 times deeper.
+    assert torch.allclose(image(20.0) - pattern, 20 * (image(1.0) - pattern), atol=1e-4)
+    with pytest.raises(SpecError, match="noise"):
+        SyntheticConfig(noise=-1.0)
+
+
 def write_npy_folder(root: Path, classes: dict[str, int], size: int = 5) -> None:
     rng = np.random.default_rng(0)
     for name, count in classes.items():

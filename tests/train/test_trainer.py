@@ -33,7 +33,8 @@ def test_two_digit_epochs_report_and_learn(fake_ctx: Any, make_config: Callable[
     assert ctx.reports[1][1]["accuracy"] > 0.8 and ctx.reports[1][1]["macro_f1"] > 0.8
     assert ctx.reports[1][1]["loss"] < ctx.reports[0][1]["loss"]
     assert result == {**ctx.reports[1][1], "epochs_run": 2.0}
-    assert ctx.search_calls == [{"device": "cpu", "agree": None}]
+    # The search is capped at the training samples (1438 of digits' 1797, val_fraction 0.2).
+    assert ctx.search_calls == [{"device": "cpu", "agree": None, "samples": 1438}]
 
 
 def test_reported_metrics_match_sklearn_on_the_checkpointed_model(
@@ -315,8 +316,13 @@ def test_train_file_prints_epochs_and_applies_overrides(
         "data: {max_samples: 200}\ndevices: {device: cpu}\n"
     )
     result = train_file(path, ["epochs=2", "checkpoint.enable_checkpointing=false"])
-    lines = [line for line in capsys.readouterr().out.splitlines() if "macro_f1=" in line]
+    out = capsys.readouterr().out.splitlines()
+    lines = [line for line in out if line.startswith("epoch ")]
     assert len(lines) == 2 and result["epochs_run"] == 2.0
+    # One summary line closes it (issue 18, item 7).
+    assert out[-1].startswith("done: best epoch ") and out[-1].endswith(
+        "(checkpoint.monitor, max); no checkpoint (checkpoint.enable_checkpointing: false)"
+    ), out
     assert all(f" {key}=" in line for line in lines for key in MEASURED_METRICS)
     assert not (tmp_path / "out").exists()
 

@@ -225,6 +225,30 @@ def test_the_cache_key_includes_the_device(channel_factory: Callable[..., Channe
     assert other is not None and (other.found, other.cache) == (40, "miss")
 
 
+def test_the_training_set_caps_the_search_and_keys_the_cache(
+    channel_factory: Callable[..., Channel], capfd: pytest.CaptureFixture[str]
+) -> None:
+    # Probes run on random tensors of any size: 30 training samples never fill a batch of 256.
+    first = channel_factory()
+    choice = first.context().find_batch_size(fits_up_to(1000), device="cpu-test", samples=30)
+    assert choice is not None and (choice.found, choice.data_cap) == (30, 30)
+    assert max(choice.probe_sizes) == 30
+    assert first.handler.wait_attr("batch_size_data_cap", 10) == 30
+    assert "capped at 30, the training samples per process" in capfd.readouterr().err
+    assert first.handler.wait_for(lambda h: len(h.cache_puts) == 1, 10)
+    assert first.handler.cache_puts[0][0] == cache_entry_key("model-a", "cpu-test", 30)
+    # Another data size is another entry: the size found under the cap is no answer there.
+    more = channel_factory().context().find_batch_size(fits_up_to(1000), device="cpu-test")
+    assert more is not None and (more.found, more.cache, more.data_cap) == (256, "miss", None)
+    # A set larger than batch_size.max does not cap (and says nothing); nor does one that
+    # memory bounds first.
+    big = channel_factory().context().find_batch_size(fits_up_to(40), samples=5000)
+    assert big is not None and (big.found, big.data_cap) == (40, None)
+    tight = channel_factory().context().find_batch_size(fits_up_to(20), device="x", samples=30)
+    assert tight is not None and (tight.found, tight.data_cap) == (20, None)
+    assert "capped" not in capfd.readouterr().err
+
+
 def test_a_cached_size_outside_the_bounds_is_a_miss(
     channel_factory: Callable[..., Channel], cache: dict[str, dict[str, Any]]
 ) -> None:

@@ -3,8 +3,8 @@
 ``fits(n)`` builds the trial's model and optimizer the way deepvisiontools' Trainer does
 (``TrainerConfig.from_yaml`` -> ``model_spec``, ``build_param_groups``, ``cfg.optim``), draws
 real samples through a ``DeepVisionLoader`` of batch size ``n`` (its collation and the
-dataset's augmentations; sampled with replacement, so sizes above the dataset's length are
-probed too), runs 2 training steps (forward, loss, backward, optimizer step with its state
+dataset's augmentations; sampled with replacement, so sizes above the dataset's length could
+be probed: the search is capped at the training set's size instead, see ``training.py``), runs 2 training steps (forward, loss, backward, optimizer step with its state
 allocated) and 1 evaluation step. Out-of-memory errors propagate to the search, which tells
 them from other errors (``dvt_hpo.batch.search.is_out_of_memory``).
 """

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import os
 import random
 from collections.abc import Mapping
@@ -214,7 +215,11 @@ def _choose_batch_size(
         device = torch.device("cuda", distributed_env()[1])
     fits = make_fits(lambda loader: load_config(block, loader, None), train_set, device)
     label = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    choice = find(fits, device=label, agree=_agree if distributed else None)
+    # The probes sample with replacement, so any size "fits"; the training set (each rank's
+    # share under DDP) caps what a batch can really hold.
+    world_size = distributed_env()[2] if distributed else 1
+    samples = math.ceil(len(train_set) / world_size)
+    choice = find(fits, device=label, agree=_agree if distributed else None, samples=samples)
     if choice is None:
         return spec.data.batch_size
     block.setdefault("precision", {})["accumulate_steps"] = int(choice.accumulate_steps)

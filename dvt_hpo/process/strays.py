@@ -1,0 +1,69 @@
+"""A trial's stray processes: those that left its process group (a child the trainer started
+with ``start_new_session=True``, a daemon that called ``setsid``), found and stopped when the
+trial ends.
+
+Stopping the trial's process group does not reach them, and once their parent exits they are
+children of init, outside the process tree too. What they keep is their environment: every
+trial process gets a token of its own in :data:`ENV_TRIAL_TOKEN`, inherited by everything it
+starts, and the processes whose environment holds it (``/proc/PID/environ``, readable for the
+orchestrator's own user) are the trial's. A process that clears its environment, or runs as
+another user, escapes this; a cgroup per trial would not let it, where the machine allows one
+(systemd-run --user --scope): not used here, as most containers do not.
+
+Linux only (``/proc``); elsewhere nothing is found. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import uuid
+from collections.abc import Iterable
+
+from dvt_hpo.process.pids import pid_alive, wait_gone
+
+__all__ = ["ENV_TRIAL_TOKEN", "find_strays", "new_token", "stop_strays"]
+
+ENV_TRIAL_TOKEN = "DVT_HPO_TRIAL_TOKEN"
+_KILL_WAIT_S = 10.0
+
+
+def new_token() -> str:
+    return uuid.uuid4().hex
+
+
+def find_strays(token: str, exclude: Iterable[int] = ()) -> list[int]:
+    """The live processes whose environment carries ``token`` (never this process)."""
+    needle = f"{ENV_TRIAL_TOKEN}={token}".encode()
+    skip = {os.getpid(), *exclude}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    found: list[int] = []
+    for name in names:
+        if not name.isdigit() or int(name) in skip:
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                environ = f.read()
+        except OSError:
+            continue  # gone, or another user's
+        if needle in environ.split(b"\0") and pid_alive(int(name)):
+            found.append(int(name))
+    return sorted(found)
+
+
+def stop_strays(token: str | None) -> list[int]:
+    """SIGKILL the trial's strays (the trial is over: nothing of it may outlive it) and wait
+    until they are gone; their pids."""
+    if not token:
+        return []
+    pids = find_strays(token)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    if pids:
+        wait_gone(pids, _KILL_WAIT_S)
+    return pids

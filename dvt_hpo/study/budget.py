@@ -1,0 +1,88 @@
+"""Which trials count towards ``study.n_trials``: one rule for ``run`` (its ledger and summary)
+and ``status``.
+
+Every trial counts except:
+
+- a FAIL that a retry copy supersedes: the copy (Optuna's retry callback lists the attempts it
+  retries in its ``retry_history`` system attr; ``run --retry-failed`` and the stale-heartbeat
+  rule both make one) takes its place, so retrying never spends more of the budget;
+- a trial closed as over budget (:data:`OVER_BUDGET_ATTR`): asked for by a worker that lost a
+  race for the last trial of the budget and closed at once without running.
+
+So after ``run --retry-failed`` of 2 failures in a 2-trial study, the 2 copies are the 2
+trials: ``run`` says "2/2 trials; nothing to run" and ``status`` "2/2 trials finished".
+
+Pure (stdlib only): callers read the states and attrs their own way (the run's incremental
+ledger, ``status``'s few queries) and ask this module what counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+__all__ = [
+    "OVER_BUDGET_ATTR",
+    "RETRY_HISTORY_ATTR",
+    "Attempt",
+    "first_superseding",
+    "uncounted",
+    "uncounted_attempts",
+]
+
+OVER_BUDGET_ATTR = "dvt_hpo:over_budget"  # closed at once: asked past the budget by a race
+RETRY_HISTORY_ATTR = "retry_history"  # Optuna's retry callback: the attempts a copy retries
+
+NOT_COUNTED_RETRIED = "failed and retried"
+NOT_COUNTED_OVER_BUDGET = "over budget"
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What the rule reads of one trial."""
+
+    number: int
+    state: str  # COMPLETE | PRUNED | FAIL | RUNNING | WAITING
+    over_budget: bool = False
+    retries: tuple[int, ...] = ()  # its retry_history: the earlier attempts it retries
+
+
+def first_superseding(attempts: Iterable[Attempt]) -> dict[int, int]:
+    """For each retried attempt, the number of the first copy that retries it."""
+    by: dict[int, int] = {}
+    for attempt in sorted(attempts, key=lambda a: a.number):
+        for earlier in attempt.retries:
+            by.setdefault(earlier, attempt.number)
+    return by
+
+
+def uncounted(
+    failed: Iterable[int],
+    over_budget: Iterable[int],
+    superseded_by: Mapping[int, int],
+    *,
+    below: int | None = None,
+) -> dict[int, str]:
+    """The trials that do not count, with why: ``over_budget`` ones, and ``failed`` ones a copy
+    supersedes. With ``below`` only trials numbered below it are considered, and a FAIL counts
+    as superseded only by a copy numbered below it too (the budget as it stood then)."""
+
+    def within(number: int) -> bool:
+        return below is None or number < below
+
+    out = {n: NOT_COUNTED_OVER_BUDGET for n in over_budget if within(n)}
+    for n in failed:
+        copy = superseded_by.get(n)
+        if within(n) and n not in out and copy is not None and within(copy):
+            out[n] = NOT_COUNTED_RETRIED
+    return out
+
+
+def uncounted_attempts(attempts: Iterable[Attempt]) -> dict[int, str]:
+    """:func:`uncounted` over whole attempts."""
+    attempts = list(attempts)
+    return uncounted(
+        (a.number for a in attempts if a.state == "FAIL"),
+        (a.number for a in attempts if a.over_budget),
+        first_superseding(attempts),
+    )
