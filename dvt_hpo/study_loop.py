@@ -22,7 +22,16 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from dvt_hpo import devices, launch, recovery, run_messages, space, stop_rules, trial_config
+from dvt_hpo import (
+    devices,
+    launch,
+    plateau,
+    recovery,
+    run_messages,
+    space,
+    stop_rules,
+    trial_config,
+)
 from dvt_hpo.constraints import feasible
 from dvt_hpo.events import StudyEnded, StudyObserver, StudyStarted, TrialFinished, TrialStarted
 from dvt_hpo.exceptions import DvtHpoError
@@ -113,6 +122,10 @@ class StudyRunner:
         self.config_key = ""
         self._reseeded = False
         self._awaited: tuple[int, ...] = ()
+        # study.plateau: the study's best value before this run, then this run's finished
+        # values in the order they finished (None: pruned or infeasible).
+        self._prior_best: float | None = None
+        self._finished_values: list[float | None] = []
 
     def open_study(self) -> optuna.Study:
         # Before the storage is touched: a trial's folder that cannot be made would otherwise
@@ -303,6 +316,10 @@ class StudyRunner:
         )
         launching = True
         stop_message: str | None = None
+        if spec.study.plateau is not None:
+            with self.study_lock:
+                best = self._best()
+            self._prior_best = best.trials[0].value if best.trials else None
         stop_signals = StopSignals().install()
         try:
             while True:
@@ -335,6 +352,9 @@ class StudyRunner:
                 run = self.running.pop(outcome.number)
                 free_slots.append(run.slot)
                 self._record(outcome)
+                if launching and self._plateau_reached(outcome):
+                    # Not an error: the run ends with exit 0 once its running trials finish.
+                    launching = False
                 if outcome.state == "FAIL" and not outcome.interrupted and launching:
                     stop_message = stop_rules.stop_message(
                         self.outcomes, spec.study.max_failures, n_trials
@@ -354,6 +374,27 @@ class StudyRunner:
             stop_signals.restore()
             self._stop_heartbeat.set()
         return stop_message
+
+    def _plateau_reached(self, outcome: TrialOutcome) -> bool:
+        """Whether ``study.plateau`` stops launching after ``outcome`` (said once, here)."""
+        rule = self.spec.study.plateau
+        if rule is None or outcome.state not in ("COMPLETE", "PRUNED"):
+            return False
+        value = outcome.value if outcome.state == "COMPLETE" else None
+        if value is not None and outcome.constraints and not feasible(outcome.constraints):
+            value = None
+        self._finished_values.append(value)
+        direction = self.spec.objective.direction
+        if not plateau.plateau_reached(
+            self._finished_values, rule.trials, rule.min_delta, direction, self._prior_best
+        ):
+            return False
+        best = [v for v in (self._prior_best, *self._finished_values) if v is not None]
+        top = max(best) if direction == "maximize" else min(best)
+        self.out(plateau.plateau_message(rule.trials, rule.min_delta, top))
+        if self.running:
+            self.out(f"waiting for {len(self.running)} running trial(s)")
+        return True
 
     def _launch(self, slot: devices.Slot) -> bool:
         """Ask for a trial and start it in ``slot``; False when the study's budget turned out

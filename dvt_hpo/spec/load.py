@@ -27,7 +27,12 @@ from dvt_hpo.spec.model import Condition, StudySpec
 from dvt_hpo.spec.objective import read_objective
 from dvt_hpo.spec.search import read_search_space
 from dvt_hpo.spec.source import Doc, apply_override, parse_override, read_yaml
-from dvt_hpo.spec.study import check_algorithms, read_study, read_tracking
+from dvt_hpo.spec.study import (
+    check_algorithms,
+    derive_budget_settings,
+    read_study,
+    read_tracking,
+)
 from dvt_hpo.spec.trainer import read_trainer
 from dvt_hpo.spec.trials import read_trials
 from dvt_hpo.storage import redact_url
@@ -94,6 +99,7 @@ def load_spec(
     batch_size = read_batch_size(reader, root, schema, trainer.config, dims)
     check_command(reader, trainer, dims, batch_size)
     tracking = read_tracking(reader, root)
+    study = derive_budget_settings(study, trainer.config, dims)
     check_algorithms(reader, study, dims)
     spec = StudySpec(
         path=absolute,

@@ -27,6 +27,7 @@ __all__ = [
     "MetricSpec",
     "MlflowSpec",
     "ObjectiveSpec",
+    "PlateauSpec",
     "PrunerSpec",
     "SamplerSpec",
     "StudySection",
@@ -54,6 +55,15 @@ class PrunerSpec:
 
 
 @dataclass(frozen=True)
+class PlateauSpec:
+    """``study.plateau``: stop launching once the last ``trials`` finished trials of a run did
+    not improve the best value by more than ``min_delta`` (:mod:`dvt_hpo.plateau`)."""
+
+    trials: int = rule(ge=1)
+    min_delta: float = rule(0.0, ge=0)
+
+
+@dataclass(frozen=True)
 class StudySection:
     name: str = rule(what="a non-empty string")
     # Resolved URL (relative sqlite/journal paths made absolute against the study file's folder).
@@ -69,6 +79,7 @@ class StudySection:
     grace_period_s: int = rule(20, ge=1)  # default: 2 * heartbeat_interval_s
     # How long storage calls of a running study retry while the database is unreachable.
     storage_retry_s: float = rule(120.0, ge=0)
+    plateau: PlateauSpec | None = domain(None)
 
 
 @dataclass(frozen=True)

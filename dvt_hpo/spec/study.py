@@ -9,6 +9,7 @@ the real Optuna class signatures, and fills every default (``grace_period_s``, T
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import re
 import warnings
@@ -23,6 +24,7 @@ from dvt_hpo.spec.fields import Reader
 from dvt_hpo.spec.model import (
     Dimension,
     MlflowSpec,
+    PlateauSpec,
     PrunerSpec,
     SamplerSpec,
     StudySection,
@@ -31,7 +33,21 @@ from dvt_hpo.spec.model import (
 from dvt_hpo.spec.source import Key
 from dvt_hpo.storage_urls import expand_env, redact_url, resolve_url
 
-__all__ = ["check_algorithms", "check_multi_objective", "read_study", "read_tracking"]
+__all__ = [
+    "DEFAULT_PRUNER",
+    "DEFAULT_SAMPLER",
+    "check_algorithms",
+    "check_multi_objective",
+    "derive_budget_settings",
+    "read_study",
+    "read_tracking",
+]
+
+# What a study file that names no sampler or pruner gets: the best combination measured on the
+# LCBench surrogate through dvt-hpo itself (benchmarks/search_efficiency.py; the README's
+# "Search efficiency" table). Arguments given with the default kind go over these.
+DEFAULT_SAMPLER = SamplerSpec("tpe", {})
+DEFAULT_PRUNER = PrunerSpec("median", {})
 
 STORAGE_DIALECTS = ("sqlite", "journal", "postgresql", "mysql", "mariadb", "oracle", "mssql")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -91,7 +107,7 @@ def read_study(
         sec,
         key,
         "sampler",
-        "nsga2" if multi_objective else "tpe",
+        SamplerSpec("nsga2") if multi_objective else DEFAULT_SAMPLER,
         optuna_factory.SAMPLER_CLASSES,
     )
     if multi_objective:
@@ -104,7 +120,7 @@ def read_study(
         sec,
         key,
         "pruner",
-        "none" if multi_objective else "median",
+        PrunerSpec("none") if multi_objective else DEFAULT_PRUNER,
         optuna_factory.PRUNER_CLASSES,
     )
     return StudySection(
@@ -118,7 +134,49 @@ def read_study(
         heartbeat_interval_s=heartbeat,
         grace_period_s=grace,
         storage_retry_s=sec.get("storage_retry_s", 120.0),
+        plateau=read_plateau(r, sec, key, multi_objective),
     )
+
+
+def read_plateau(
+    r: Reader, sec: Mapping[str, Any], key: Key, multi_objective: bool
+) -> PlateauSpec | None:
+    """``study.plateau: {trials: N, min_delta: d}`` (null or absent: no plateau rule)."""
+    value = sec.get("plateau")
+    if value is None:
+        return None
+    pkey = (*key, "plateau")
+    if multi_objective:
+        raise r.err(
+            pkey,
+            "a study with several objectives has no single best value to watch for a plateau; "
+            "remove study.plateau",
+        )
+    fields = r.section(PlateauSpec, value, pkey, "study.plateau")
+    return PlateauSpec(trials=fields["trials"], min_delta=float(fields.get("min_delta", 0.0)))
+
+
+def derive_budget_settings(
+    study: StudySection, trainer_config: Mapping[str, Any], dims: Sequence[Dimension]
+) -> StudySection:
+    """Settings Optuna would guess from the first finished trial, taken from the study file
+    instead: Hyperband's ``max_resource`` is the trainer's epochs (``trainer.config.epochs``,
+    or the largest value of an ``epochs`` dimension), so its brackets are right from the first
+    trial on. Left to Optuna (``auto``) when the file does not say how many epochs a trial runs."""
+    pruner = study.pruner
+    if pruner.kind != "hyperband" or "max_resource" in pruner.kwargs:
+        return study
+    epochs = trainer_config.get("epochs")
+    for dim in dims:
+        if dim.path == "epochs" and dim.kind == "int" and dim.high is not None:
+            epochs = dim.high
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        return study
+    min_resource = pruner.kwargs.get("min_resource", 1)
+    if isinstance(min_resource, int) and epochs <= min_resource:
+        return study  # Optuna refuses max_resource <= min_resource; leave it to say so
+    kwargs = {**pruner.kwargs, "max_resource": epochs}
+    return dataclasses.replace(study, pruner=PrunerSpec(pruner.kind, kwargs))
 
 
 def read_storage(r: Reader, sec: Mapping[str, Any], key: Key, name: str) -> str:
@@ -201,26 +259,33 @@ def read_algorithm(
     sec: Mapping[str, Any],
     key: Key,
     name: str,
-    default: str,
+    default_spec: SamplerSpec | PrunerSpec,
     classes: Mapping[str, str],
 ) -> tuple[str, dict[str, Any]]:
-    """``sampler:``/``pruner:``: a kind string or ``{kind: ..., **kwargs}``."""
+    """``sampler:``/``pruner:``: a kind string or ``{kind: ..., **kwargs}``. Without a kind,
+    ``default_spec``'s kind and arguments, the file's arguments over them."""
     fkey = (*key, name)
     is_sampler = name == "sampler"
+    default = default_spec.kind
     if name not in sec:
-        return default, {}
+        return default, dict(default_spec.kwargs)
     value = sec[name]
     kind_key = fkey
     if value is None:
         # `pruner: null` switches pruning off; `sampler: null` keeps the default.
-        kind, kwargs = (default if is_sampler else "none"), {}
+        if is_sampler:
+            kind, kwargs = default, dict(default_spec.kwargs)
+        else:
+            kind, kwargs = "none", {}
     elif isinstance(value, str):
         kind, kwargs = value, {}
     elif isinstance(value, dict):
         kwargs = dict(value)
-        kind = kwargs.pop("kind", default)
         if "kind" in value:
+            kind = kwargs.pop("kind")
             kind_key = (*fkey, "kind")
+        else:
+            kind, kwargs = default, {**default_spec.kwargs, **kwargs}
     else:
         raise r.err(
             fkey,

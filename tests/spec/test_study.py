@@ -11,6 +11,7 @@ import pytest
 
 from dvt_hpo.exceptions import SpecError
 from dvt_hpo.spec import (
+    PlateauSpec,
     SamplerSpec,
     build_pruner,
     build_sampler,
@@ -196,6 +197,20 @@ BAD_STUDY = [
          "study.pruner", "Optuna rejects the arguments", "-1"),
     case("pruner-threshold", study_with("  pruner: {kind: threshold}"), 3, "study.pruner.kind",
          "needs 'lower' or 'upper'"),
+    case("plateau-trials-zero", study_with("  plateau: {trials: 0}"), 3, "study.plateau.trials",
+         "must be an integer >= 1", "got 0"),
+    case("plateau-trials-missing", study_with("  plateau: {min_delta: 0.1}"), 3,
+         "study.plateau.trials", "missing required key 'trials'"),
+    case("plateau-delta-negative", study_with("  plateau: {trials: 5, min_delta: -0.1}"), 3,
+         "study.plateau.min_delta", "must be a number >= 0", "got -0.1"),
+    case("plateau-key", study_with("  plateau: {trials: 5, mindelta: 0.1}"), 3,
+         "study.plateau.mindelta", "did you mean 'min_delta'?"),
+    case("plateau-not-mapping", study_with("  plateau: 5"), 3, "study.plateau",
+         "must be a mapping", "got 5 (int)"),
+    case("plateau-multi-objective",
+         study_with("  plateau: {trials: 5}")
+         + "objective: {metrics: [{name: loss}, {name: accuracy}]}\n", 3,
+         "study.plateau", "several objectives"),
     case("objective-direction", BASE + "objective:\n  direction: maximise\n", 8,
          "objective.direction", "must be one of minimize, maximize", "did you mean 'maximize'?"),
     case("objective-reduce", BASE + "objective: {reduce: mean}\n", 7, "objective.reduce",
@@ -233,3 +248,12 @@ def test_storage_and_tracking_uri_expand_environment_variables(
     assert spec.study.storage == "postgresql://hpo:s3cret@db.example/hpo"
     assert spec.tracking.mlflow.tracking_uri == f"sqlite:///{path.parent.resolve() / 'mlflow.db'}"
     assert "s3cret" not in str(spec_to_dict(spec))
+
+
+def test_plateau_is_read_with_its_default_min_delta(write: Callable[..., Path]) -> None:
+    spec = load_spec(write(study_with("  plateau: {trials: 20}")))
+    assert spec.study.plateau == PlateauSpec(trials=20, min_delta=0.0)
+    spec = load_spec(write(study_with("  plateau: {trials: 5, min_delta: 1}")))
+    assert spec.study.plateau == PlateauSpec(trials=5, min_delta=1.0)
+    assert load_spec(write(study_with("  plateau: null"))).study.plateau is None
+    assert load_spec(write(BASE)).study.plateau is None
