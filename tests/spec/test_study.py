@@ -17,6 +17,7 @@ from dvt_hpo.spec import (
     build_sampler,
     load_spec,
 )
+from dvt_hpo.spec.study import DEFAULT_PRUNER, DEFAULT_SAMPLER
 from tests.spec.helpers import (
     BASE,
     bad_file_test,
@@ -140,10 +141,13 @@ def test_defaults_are_filled_once_by_the_spec(write: Callable[..., Path], tmp_pa
     assert spec.trials.runs_dir.is_absolute()
     # TPE samples parallel trials with constant_liar unless the study says otherwise.
     parallel = BASE + "trials: {parallel: 2}\n"
-    assert load_spec(write(parallel)).study.sampler.kwargs == {"constant_liar": True}
+    assert load_spec(write(parallel)).study.sampler.kwargs == {
+        "multivariate": False,
+        "constant_liar": True,
+    }
     spec = load_spec(write(parallel), ["study.sampler={kind: tpe, constant_liar: false}"])
     assert spec.study.sampler.kwargs == {"constant_liar": False}
-    assert load_spec(write(BASE)).study.sampler.kwargs == {}
+    assert load_spec(write(BASE)).study.sampler.kwargs == {"multivariate": False}
 
 
 # fmt: off
@@ -257,3 +261,79 @@ def test_plateau_is_read_with_its_default_min_delta(write: Callable[..., Path]) 
     assert spec.study.plateau == PlateauSpec(trials=5, min_delta=1.0)
     assert load_spec(write(study_with("  plateau: null"))).study.plateau is None
     assert load_spec(write(BASE)).study.plateau is None
+
+
+def test_no_sampler_or_pruner_gets_the_measured_default(write: Callable[..., Path]) -> None:
+    spec = load_spec(write(BASE))
+    assert (spec.study.sampler.kind, spec.study.sampler.kwargs) == (
+        DEFAULT_SAMPLER.kind,
+        DEFAULT_SAMPLER.kwargs,
+    )
+    assert (spec.study.pruner.kind, spec.study.pruner.kwargs) == (
+        DEFAULT_PRUNER.kind,
+        DEFAULT_PRUNER.kwargs,
+    )
+    sampler = build_sampler(spec.study.sampler, spec.search_space)
+    assert isinstance(sampler, optuna.samplers.TPESampler) and not sampler._multivariate
+    assert isinstance(build_pruner(spec.study.pruner), optuna.pruners.WilcoxonPruner)
+
+
+@pytest.mark.parametrize(
+    ("lines", "sampler", "pruner"),
+    [
+        # Arguments without a kind go over the default's.
+        (["  sampler: {seed: 3}"], ("tpe", {"multivariate": False, "seed": 3}), None),
+        (["  sampler: null"], ("tpe", {"multivariate": False}), None),
+        (["  pruner: {p_threshold: 0.05}"], None, ("wilcoxon", {"p_threshold": 0.05})),
+        # A kind named in the file is Optuna's class with the file's arguments only.
+        (["  sampler: tpe"], ("tpe", {}), None),
+        (["  sampler: {kind: tpe, seed: 1}"], ("tpe", {"seed": 1}), None),
+        (["  pruner: median"], None, ("median", {})),
+        (["  pruner: null"], None, ("none", {})),
+    ],
+)
+def test_the_default_kind_keeps_its_arguments_under_the_files(
+    write: Callable[..., Path],
+    lines: list[str],
+    sampler: tuple[str, dict] | None,
+    pruner: tuple[str, dict] | None,
+) -> None:
+    spec = load_spec(write(study_with(*lines)))
+    if sampler is not None:
+        assert (spec.study.sampler.kind, spec.study.sampler.kwargs) == sampler
+    if pruner is not None:
+        assert (spec.study.pruner.kind, spec.study.pruner.kwargs) == pruner
+
+
+def test_several_objectives_keep_their_own_defaults(write: Callable[..., Path]) -> None:
+    spec = load_spec(write(BASE + "objective: {metrics: [{name: loss}, {name: accuracy}]}\n"))
+    assert (spec.study.sampler.kind, spec.study.pruner.kind) == ("nsga2", "none")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # trainer.config.epochs (BASE has epochs: 1; min_resource must stay below it).
+        (study_with("  pruner: hyperband").replace("epochs: 1", "epochs: 12"), 12),
+        # An epochs dimension: its largest value.
+        (
+            study_with("  pruner: hyperband").replace("epochs: 1", "epochs: 5")
+            + "  - {name: epochs, path: epochs, kind: int, low: 2, high: 40}\n",
+            40,
+        ),
+        # Given in the file: kept, "auto" included.
+        (study_with("  pruner: {kind: hyperband, max_resource: 7}"), 7),
+        (study_with("  pruner: {kind: hyperband, max_resource: auto}"), "auto"),
+        # Not above min_resource: left to Optuna's own estimate.
+        (study_with("  pruner: {kind: hyperband, min_resource: 3}"), None),
+    ],
+)
+def test_hyperband_max_resource_comes_from_the_trainers_epochs(
+    write: Callable[..., Path], text: str, expected: object
+) -> None:
+    pruner = load_spec(write(text)).study.pruner
+    assert pruner.kind == "hyperband"
+    assert pruner.kwargs.get("max_resource") == expected
+    built = build_pruner(pruner)
+    if isinstance(expected, int):
+        assert built._max_resource == expected
