@@ -4,7 +4,7 @@
     python benchmarks/search_efficiency.py --quick               # 3 tasks, 2 seeds, 4 cells
     python benchmarks/search_efficiency.py --screen --results R  # every cell, a few tasks
     python benchmarks/search_efficiency.py --cells tpe+none,tpe+median,default \\
-        --tasks all --seeds 5 --results R --plots docs            # the confirmation grid
+        --tasks all --seeds 5 --results R --plot docs/search-efficiency.png
 
 Every study runs through ``dvt-hpo run`` (a real orchestrator process, warm trial processes,
 each epoch reported and pruned over the control channel, the study in its own journal file on
@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=int, default=30, help="full trainings' worth of epochs")
     p.add_argument("--jobs", type=int, default=2, help="studies at a time")
     p.add_argument("--results", type=Path, help="folder of per-study JSON (kept for reruns)")
-    p.add_argument("--plots", type=Path, help="folder for the PNG plots (e.g. docs)")
+    p.add_argument("--plot", type=Path, help="PNG of regret against epochs (e.g. docs/x.png)")
     p.add_argument("--report-only", action="store_true", help="tables from --results only")
     p.add_argument(
         "--engine",
@@ -378,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         for path in sorted((results / cell).glob("*.json"))
         if path.stem.split("-")[0] in tasks
     ]
-    print(report.render(runs, SURROGATE, budget, plots=args.plots))
+    print(report.render(runs, SURROGATE, budget, plots=args.plot))
     return 0
 
 

@@ -31,8 +31,10 @@ from dvt_hpo.plateau import plateau_reached
 FRACTIONS = (0.25, 0.5, 1.0)
 WITHIN = 0.01
 REFERENCE_SAMPLES = 20_000
-PLATEAU_SETTINGS = ((10, 0.0), (20, 0.0), (20, 0.1), (40, 0.0), (40, 0.1))
+PLATEAU_SETTINGS = ((10, 0.0), (20, 0.0), (40, 0.0), (40, 0.5), (80, 0.0))
 BASELINE = "tpe+none"
+DEFAULT = "default"
+GOAL_EPOCHS = 0.4  # the default reaches TPE's final regret with at most 40 % of the budget
 
 
 def references(runs: Sequence[Any], surrogate: Any) -> dict[str, tuple[float, float]]:
@@ -230,6 +232,18 @@ def render(runs: Sequence[Any], surrogate: Any, budget: int, *, plots: Path | No
                 f"| {cell} | {n} | {delta:g} | {100 * share:.0f}% | {100 * saved:.0f}% | "
                 f"{added:+.3f} |"
             )
+    if DEFAULT in table and BASELINE in table and "tpe+median" in table:
+        half = [_median(v[1] for v in table[c].values()) for c in (DEFAULT, "tpe+median")]
+        reached = reach.get(DEFAULT, math.inf)
+        lines += [
+            "",
+            f"goal 1, default reaches {BASELINE}'s final regret (within {WITHIN}) with at most "
+            f"{100 * GOAL_EPOCHS:.0f}% of the budget: "
+            f"{'met' if reached <= GOAL_EPOCHS * budget else 'not met'} "
+            f"({_fmt(reached)} epochs)",
+            f"goal 2, default's median regret at 50% below tpe+median's: "
+            f"{'met' if half[0] < half[1] else 'not met'} ({_fmt(half[0])} vs {_fmt(half[1])})",
+        ]
     if plots is not None:
         for path in draw(runs, refs, budget, cells, plots):
             lines.append(f"plot: {path}")
@@ -251,8 +265,11 @@ def draw(
     refs: dict[str, tuple[float, float]],
     budget: int,
     cells: Sequence[str],
-    folder: Path,
+    path: Path,
 ) -> list[Path]:
+    """Median regret against epochs: every cell in one panel when there are few; else the
+    pruners under the best cell's sampler, and the samplers without pruning (with the best
+    cell and the default in both)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -260,29 +277,33 @@ def draw(
 
     grid = list(range(52, budget + 1, 26))
     table = curves(runs, refs, grid)
-    groups = {
-        "search-efficiency-pruners.png": [c for c in cells if c.startswith("tpe+")],
-        "search-efficiency-samplers.png": [c for c in cells if c.endswith("+none")],
-    }
-    folder.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, group in groups.items():
-        group = [*group, *(["default"] if "default" in table else [])]
-        if len(group) < 2:
-            continue
-        fig, ax = plt.subplots(figsize=(7, 4.5))
+    if len(cells) <= 6:
+        panels = [("", list(cells))]
+    else:
+        best = cells[0]
+        sampler = best.split("+")[0] if "+" in best else "tpe"
+        extra = [c for c in (best, DEFAULT) if c in table]
+        panels = [
+            (f"pruners under {sampler}", [c for c in cells if c.startswith(sampler + "+")]),
+            ("samplers without pruning", [c for c in cells if c.endswith("+none")]),
+        ]
+        panels = [(t, [*dict.fromkeys([*g, *extra])]) for t, g in panels]
+    fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 4.8), squeeze=False)
+    n_tasks = len({r.task for r in runs})
+    n_seeds = len({r.seed for r in runs})
+    for ax, (title, group) in zip(axes[0], panels, strict=True):
         for cell in group:
             ys = [_median(v[i] for v in table[cell].values()) for i in range(len(grid))]
-            ax.plot(grid, ys, label=cell, linewidth=2.5 if cell == "default" else 1.5)
+            ax.plot(grid, ys, label=cell, linewidth=2.8 if cell == DEFAULT else 1.4)
         ax.set_yscale("log")
-        ax.set_xlabel("epochs trained (all trials)")
+        ax.set_xlabel("epochs trained, all trials of a study")
         ax.set_ylabel("median normalized regret")
-        ax.set_title(f"LCBench surrogate, {len({r.task for r in runs})} tasks, through dvt-hpo run")
+        ax.set_title(f"{title}{': ' if title else ''}{n_tasks} tasks x {n_seeds} seeds")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        path = folder / name
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
-    return written
+    fig.suptitle("LCBench surrogate, budget of 30 full trainings")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return [path]
