@@ -372,12 +372,17 @@ def main(argv: list[str] | None = None) -> int:
         run_grid(
             cells, tasks, list(range(seeds)), budget, results, args.jobs, args.engine, args.check
         )
-    runs = [
+    found = [
         load(path)
         for cell in cells
         for path in sorted((results / cell).glob("*.json"))
-        if path.stem.split("-")[0] in tasks
+        if path.stem.split("-")[0] in tasks and int(path.stem.split("-")[1]) < seeds
     ]
+    # Only the (task, seed) pairs every cell has: a grid cut short compares like with like.
+    have: dict[tuple[str, int], set[str]] = {}
+    for r in found:
+        have.setdefault((r.task, r.seed), set()).add(r.cell)
+    runs = [r for r in found if len(have[(r.task, r.seed)]) == len(set(cells))]
     print(report.render(runs, SURROGATE, budget, plots=args.plot))
     return 0
 
