@@ -59,8 +59,9 @@ def test_the_plateau_effect_is_read_from_a_recorded_run() -> None:
     run = result("c", [(2, 0.9), (2, 0.8), (2, 0.8), (2, 0.95), (2, 0.9)])
     # With a window of 2 the run stops after the third trial: 6 of 10 epochs, regret 0.1
     # where the whole run reaches 0.05.
-    share, saved, added = report.plateau_effect([run], refs, 10, 2, 0.0)
+    share, saved, added, mean_added = report.plateau_effect([run], refs, 10, 2, 0.0)
     assert share == 1.0 and saved == pytest.approx(0.4) and added == pytest.approx(0.05)
+    assert mean_added == pytest.approx(0.05)
 
 
 def test_the_surrogate_answers_a_learning_curve() -> None:
