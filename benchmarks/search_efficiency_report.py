@@ -177,7 +177,8 @@ def render(runs: Sequence[Any], surrogate: Any, budget: int, *, plots: Path | No
     tasks = sorted({r.task for r in runs})
     seeds = sorted({r.seed for r in runs})
     lines = [
-        f"{len(runs)} studies: {len(cells)} cells, {len(tasks)} tasks, {len(seeds)} seeds, "
+        f"{len(runs)} studies: {len(cells)} cells x {len({(r.task, r.seed) for r in runs})} "
+        f"(task, seed) pairs ({len(tasks)} tasks, seeds {', '.join(map(str, seeds))}), "
         f"budget {budget} epochs ({budget // 52} full trainings)",
         "",
         "| cell | median regret @25% | @50% | @100% | epochs to TPE's final (% of budget) | "
@@ -242,7 +243,7 @@ def render(runs: Sequence[Any], surrogate: Any, budget: int, *, plots: Path | No
             f"goal 1, default reaches {BASELINE}'s final regret (within {WITHIN}) with at most "
             f"{100 * GOAL_EPOCHS:.0f}% of the budget: "
             f"{'met' if reached <= GOAL_EPOCHS * budget else 'not met'} "
-            f"({_fmt(reached)} epochs)",
+            f"({reached:.0f} epochs)",
             f"goal 2, default's median regret at 50% below tpe+median's: "
             f"{'met' if half[0] < half[1] else 'not met'} ({_fmt(half[0])} vs {_fmt(half[1])})",
         ]
