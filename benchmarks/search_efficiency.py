@@ -1,7 +1,7 @@
 """Search efficiency: which sampler and pruner find the best LCBench model for the fewest epochs.
 
     pip install -e '.[bench]'                                    # onnxruntime, matplotlib
-    python benchmarks/search_efficiency.py --quick               # 3 tasks, 2 seeds, 3 cells
+    python benchmarks/search_efficiency.py --quick               # 3 tasks x 2 seeds x 3 cells
     python benchmarks/search_efficiency.py --screen --results R  # every cell, a few tasks
     python benchmarks/search_efficiency.py --cells tpe+none,tpe+median,default \\
         --tasks all --seeds 5 --results R --plot docs/search-efficiency.png
@@ -70,6 +70,8 @@ PRUNERS: dict[str, dict[str, Any]] = {
 DEFAULT_CELL = "default"
 QUICK_CELLS = ("tpe+none", "tpe+median", DEFAULT_CELL)
 QUICK_TASKS = ("3945", "167168", "189906")
+FULL_BUDGET = 30  # full trainings' worth of epochs per study
+QUICK_BUDGET = 10
 # The screening grid: every cell on a spread of tasks (every fifth of the 34).
 SCREEN_STEP = 5
 
@@ -320,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ntasks", type=int, help="N tasks spread evenly over the 34")
     p.add_argument("--task-step", type=int, help="every k-th of the 34 tasks")
     p.add_argument("--seeds", type=int, help="seeds 0..N-1")
-    p.add_argument("--budget", type=int, default=30, help="full trainings' worth of epochs")
+    p.add_argument("--budget", type=int, help="full trainings' worth of epochs (30; --quick: 10)")
     p.add_argument("--jobs", type=int, default=2, help="studies at a time")
     p.add_argument("--results", type=Path, help="folder of per-study JSON (kept for reruns)")
     p.add_argument("--plot", type=Path, help="PNG of regret against epochs (e.g. docs/x.png)")
@@ -343,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
         # Every study through dvt-hpo run, each checked against its replay.
         cells, tasks, seeds = list(QUICK_CELLS), list(QUICK_TASKS), 2
         args.engine, args.check = "replay", len(cells) * len(tasks) * seeds
+        if args.budget is None:
+            args.budget = QUICK_BUDGET
     elif args.screen:
         cells = all_cells()
         tasks, seeds = tasks_all[::SCREEN_STEP], 2
@@ -367,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         ):
             p.error(f"unknown cell {cell!r} (sampler+pruner of {list(SAMPLERS)} x {list(PRUNERS)})")
     results = args.results or Path(tempfile.mkdtemp(prefix="search-efficiency-"))
-    budget = args.budget * MAX_EPOCHS
+    budget = (args.budget or FULL_BUDGET) * MAX_EPOCHS
     if not args.report_only:
         run_grid(
             cells, tasks, list(range(seeds)), budget, results, args.jobs, args.engine, args.check
