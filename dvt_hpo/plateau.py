@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-__all__ = ["plateau_message", "plateau_reached"]
+__all__ = ["PlateauWatch", "plateau_message", "plateau_reached"]
 
 Direction = Literal["minimize", "maximize"]
 
@@ -63,3 +63,29 @@ def plateau_message(trials: int, min_delta: float, best: float | None) -> str:
         f"{min_delta:g} over the last {trials} finished trials; no new trials (a rerun "
         f"searches on, {trials} trials at least)"
     )
+
+
+class PlateauWatch:
+    """One run's view of ``study.plateau``: the study's best before the run, then each finished
+    trial's value in the order the run records them."""
+
+    def __init__(
+        self, trials: int, min_delta: float, direction: Direction, prior_best: float | None
+    ) -> None:
+        self.trials = trials
+        self.min_delta = min_delta
+        self.direction = direction
+        self.prior_best = prior_best
+        self.values: list[float | None] = []
+
+    def finished(self, value: float | None) -> str | None:
+        """Record a finished trial (``None``: pruned or infeasible); the message that stops the
+        run when the plateau is reached, else ``None``."""
+        self.values.append(value)
+        if not plateau_reached(
+            self.values, self.trials, self.min_delta, self.direction, self.prior_best
+        ):
+            return None
+        return plateau_message(
+            self.trials, self.min_delta, _best(self.values, self.prior_best, self.direction)
+        )

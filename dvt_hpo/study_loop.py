@@ -122,10 +122,7 @@ class StudyRunner:
         self.config_key = ""
         self._reseeded = False
         self._awaited: tuple[int, ...] = ()
-        # study.plateau: the study's best value before this run, then this run's finished
-        # values in the order they finished (None: pruned or infeasible).
-        self._prior_best: float | None = None
-        self._finished_values: list[float | None] = []
+        self._plateau: plateau.PlateauWatch | None = None  # study.plateau, from the loop's start
 
     def open_study(self) -> optuna.Study:
         # Before the storage is touched: a trial's folder that cannot be made would otherwise
@@ -316,10 +313,16 @@ class StudyRunner:
         )
         launching = True
         stop_message: str | None = None
-        if spec.study.plateau is not None:
+        rule = spec.study.plateau
+        if rule is not None:
             with self.study_lock:
                 best = self._best()
-            self._prior_best = best.trials[0].value if best.trials else None
+            self._plateau = plateau.PlateauWatch(
+                rule.trials,
+                rule.min_delta,
+                spec.objective.direction,
+                best.trials[0].value if best.trials else None,
+            )
         stop_signals = StopSignals().install()
         try:
             while True:
@@ -377,21 +380,15 @@ class StudyRunner:
 
     def _plateau_reached(self, outcome: TrialOutcome) -> bool:
         """Whether ``study.plateau`` stops launching after ``outcome`` (said once, here)."""
-        rule = self.spec.study.plateau
-        if rule is None or outcome.state not in ("COMPLETE", "PRUNED"):
+        if self._plateau is None or outcome.state not in ("COMPLETE", "PRUNED"):
             return False
         value = outcome.value if outcome.state == "COMPLETE" else None
         if value is not None and outcome.constraints and not feasible(outcome.constraints):
             value = None
-        self._finished_values.append(value)
-        direction = self.spec.objective.direction
-        if not plateau.plateau_reached(
-            self._finished_values, rule.trials, rule.min_delta, direction, self._prior_best
-        ):
+        message = self._plateau.finished(value)
+        if message is None:
             return False
-        best = [v for v in (self._prior_best, *self._finished_values) if v is not None]
-        top = max(best) if direction == "maximize" else min(best)
-        self.out(plateau.plateau_message(rule.trials, rule.min_delta, top))
+        self.out(message)
         if self.running:
             self.out(f"waiting for {len(self.running)} running trial(s)")
         return True

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dvt_hpo.plateau import plateau_message, plateau_reached
+from dvt_hpo.plateau import PlateauWatch, plateau_message, plateau_reached
 
 
 def test_no_stop_before_the_window_has_finished() -> None:
@@ -53,3 +53,11 @@ def test_the_message_names_the_rule_and_how_to_go_on() -> None:
     text = plateau_message(20, 0.001, 0.912345678)
     assert "0.912346" in text and "last 20 finished trials" in text and "0.001" in text
     assert "rerun" in text
+
+
+def test_the_watch_of_a_run_says_once_the_rule_stops_it() -> None:
+    watch = PlateauWatch(2, 0.0, "minimize", prior_best=1.0)
+    assert watch.finished(0.9) is None  # improves on the study's best
+    assert watch.finished(None) is None  # a pruned trial counts, without a value
+    message = watch.finished(0.95)
+    assert message is not None and "(0.9)" in message and "last 2 finished trials" in message

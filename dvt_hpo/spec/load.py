@@ -22,17 +22,13 @@ from dvt_hpo.paths import format_path
 from dvt_hpo.spec import runnable
 from dvt_hpo.spec.batch import read_batch_size
 from dvt_hpo.spec.command import check_command
+from dvt_hpo.spec.defaults import derive_budget_settings
 from dvt_hpo.spec.fields import Reader
 from dvt_hpo.spec.model import Condition, StudySpec
 from dvt_hpo.spec.objective import read_objective
 from dvt_hpo.spec.search import read_search_space
 from dvt_hpo.spec.source import Doc, apply_override, parse_override, read_yaml
-from dvt_hpo.spec.study import (
-    check_algorithms,
-    derive_budget_settings,
-    read_study,
-    read_tracking,
-)
+from dvt_hpo.spec.study import check_algorithms, read_study, read_tracking
 from dvt_hpo.spec.trainer import read_trainer
 from dvt_hpo.spec.trials import read_trials
 from dvt_hpo.storage import redact_url

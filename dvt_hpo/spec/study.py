@@ -9,7 +9,6 @@ the real Optuna class signatures, and fills every default (``grace_period_s``, T
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import re
 import warnings
@@ -20,6 +19,7 @@ from dvt_hpo import optuna_factory, space
 from dvt_hpo.exceptions import SpecError
 from dvt_hpo.hints import describe, did_you_mean
 from dvt_hpo.optuna_factory import build_pruner, build_sampler
+from dvt_hpo.spec.defaults import DEFAULT_PRUNER, DEFAULT_SAMPLER
 from dvt_hpo.spec.fields import Reader
 from dvt_hpo.spec.model import (
     Dimension,
@@ -34,23 +34,12 @@ from dvt_hpo.spec.source import Key
 from dvt_hpo.storage_urls import expand_env, redact_url, resolve_url
 
 __all__ = [
-    "DEFAULT_PRUNER",
-    "DEFAULT_SAMPLER",
     "check_algorithms",
     "check_multi_objective",
-    "derive_budget_settings",
     "read_study",
     "read_tracking",
 ]
 
-# What a study file that names no sampler or pruner gets: the best combination measured on the
-# LCBench surrogate through dvt-hpo itself (benchmarks/search_efficiency.py; the README's
-# "Search efficiency" table). Arguments given with the default kind go over these.
-# TPE univariate, explicitly: Optuna 5 made TPE multivariate by default, which found worse models
-# here on every budget; Wilcoxon pruning (each report tested against the best trial's curve at
-# the same epochs) beat median, percentile, successive halving and Hyperband with every sampler.
-DEFAULT_SAMPLER = SamplerSpec("tpe", {"multivariate": False})
-DEFAULT_PRUNER = PrunerSpec("wilcoxon", {})
 
 STORAGE_DIALECTS = ("sqlite", "journal", "postgresql", "mysql", "mariadb", "oracle", "mssql")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -157,29 +146,6 @@ def read_plateau(
         )
     fields = r.section(PlateauSpec, value, pkey, "study.plateau")
     return PlateauSpec(trials=fields["trials"], min_delta=float(fields.get("min_delta", 0.0)))
-
-
-def derive_budget_settings(
-    study: StudySection, trainer_config: Mapping[str, Any], dims: Sequence[Dimension]
-) -> StudySection:
-    """Settings Optuna would guess from the first finished trial, taken from the study file
-    instead: Hyperband's ``max_resource`` is the trainer's epochs (``trainer.config.epochs``,
-    or the largest value of an ``epochs`` dimension), so its brackets are right from the first
-    trial on. Left to Optuna (``auto``) when the file does not say how many epochs a trial runs."""
-    pruner = study.pruner
-    if pruner.kind != "hyperband" or "max_resource" in pruner.kwargs:
-        return study
-    epochs = trainer_config.get("epochs")
-    for dim in dims:
-        if dim.path == "epochs" and dim.kind == "int" and dim.high is not None:
-            epochs = dim.high
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-        return study
-    min_resource = pruner.kwargs.get("min_resource", 1)
-    if isinstance(min_resource, int) and epochs <= min_resource:
-        return study  # Optuna refuses max_resource <= min_resource; leave it to say so
-    kwargs = {**pruner.kwargs, "max_resource": epochs}
-    return dataclasses.replace(study, pruner=PrunerSpec(pruner.kind, kwargs))
 
 
 def read_storage(r: Reader, sec: Mapping[str, Any], key: Key, name: str) -> str:

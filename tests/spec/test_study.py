@@ -17,7 +17,7 @@ from dvt_hpo.spec import (
     build_sampler,
     load_spec,
 )
-from dvt_hpo.spec.study import DEFAULT_PRUNER, DEFAULT_SAMPLER
+from dvt_hpo.spec.defaults import DEFAULT_PRUNER, DEFAULT_SAMPLER
 from tests.spec.helpers import (
     BASE,
     bad_file_test,
