@@ -70,6 +70,7 @@ class StudySection:
     storage: str = domain("")
     n_trials: int | None = rule(None, ge=1)  # total for the study, across workers and resumes
     timeout_s: float | None = rule(None, gt=0)  # for this invocation
+    # The loader always fills these: the measured defaults live in dvt_hpo.spec.defaults.
     sampler: SamplerSpec = domain(default_factory=SamplerSpec)
     pruner: PrunerSpec = domain(default_factory=PrunerSpec)
     # A count (int >= 1) or a share of n_trials (0 < float < 1); the loader rejects a share

@@ -33,13 +33,7 @@ from dvt_hpo.spec.model import (
 from dvt_hpo.spec.source import Key
 from dvt_hpo.storage_urls import expand_env, redact_url, resolve_url
 
-__all__ = [
-    "check_algorithms",
-    "check_multi_objective",
-    "read_study",
-    "read_tracking",
-]
-
+__all__ = ["check_algorithms", "check_multi_objective", "read_study", "read_tracking"]
 
 STORAGE_DIALECTS = ("sqlite", "journal", "postgresql", "mysql", "mariadb", "oracle", "mssql")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
