@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from dvt_hpo.exceptions import StorageError, one_line
-from dvt_hpo.store.redact import redact_text
+from dvt_hpo.store.redact import redact_text, redact_url
 
 T = TypeVar("T")
 
@@ -239,3 +239,33 @@ def with_retry(
                 on_retry(exc, waited)
             sleep(min(pause, max(0.0, retry_s - waited)))
             pause = min(pause * 2, _MAX_BACKOFF_S)
+
+
+class OutageRetry:
+    """Calls on one storage, each retried while the database is unreachable for up to
+    ``retry_s`` (:func:`with_retry`); an outage is said once when it starts and once when the
+    database answers again, however many calls met it (trials keep training meanwhile)."""
+
+    def __init__(self, url: str, retry_s: float, *, out: Callable[[str], None]) -> None:
+        self._url = url
+        self._retry_s = retry_s
+        self._out = out
+        self._down_since: float | None = None  # monotonic time the outage was first seen
+
+    def __call__(self, call: Callable[[], T], what: str) -> T:
+        result = with_retry(
+            call, retry_s=self._retry_s, what=what, url=self._url, on_retry=self._on_retry
+        )
+        if self._down_since is not None:
+            down_s = time.monotonic() - self._down_since
+            self._down_since = None
+            self._out(f"database reachable again after {down_s:.0f} s")
+        return result
+
+    def _on_retry(self, exc: BaseException, waited_s: float) -> None:
+        if self._down_since is None:
+            self._down_since = time.monotonic()
+            self._out(
+                f"database unreachable ({redact_url(self._url)}): retrying for up to "
+                f"{self._retry_s:g} s; trials keep training"
+            )

@@ -29,10 +29,11 @@ from dvt_hpo.process import devices, launch
 from dvt_hpo.process.import_path import child_pythonpath
 from dvt_hpo.store import lock as storage_lock
 from dvt_hpo.store import trial_config
-from dvt_hpo.store.errors import with_retry
+from dvt_hpo.store.errors import OutageRetry
 from dvt_hpo.store.redact import redact_url
-from dvt_hpo.study import kill_points, recovery, space, stop_rules
+from dvt_hpo.study import kill_points, plateau, recovery, space, stop_rules
 from dvt_hpo.study import messages as run_messages
+from dvt_hpo.study.constraints import feasible
 from dvt_hpo.study.events import (
     StudyEnded,
     StudyObserver,
@@ -92,7 +93,10 @@ class StudyRunner:
         self.observers = Observers(self._extra_observers, self.out)
         self._prints_trial_lines = True
         self.study_lock = threading.RLock()
-        self._db_down_since: float | None = None  # monotonic time the outage was first seen
+        # Storage calls retried through database outages, each outage said once.
+        self.db = OutageRetry(
+            spec.study.storage, spec.study.storage_retry_s, out=lambda line: self.out(line)
+        )
         self.events: queue.Queue[TrialOutcome] = queue.Queue()
         self.running: dict[int, TrialRun] = {}
         self.child_env = {
@@ -125,6 +129,7 @@ class StudyRunner:
         self.config_key = ""
         self._reseeded = False
         self._awaited: tuple[int, ...] = ()
+        self._plateau: plateau.PlateauWatch | None = None  # study.plateau, from the loop's start
 
     def open_study(self) -> optuna.Study:
         # Before the storage is touched: a trial's folder that cannot be made would otherwise
@@ -201,31 +206,6 @@ class StudyRunner:
         with self.study_lock:
             self.db(self.ledger.refresh, "counting the budget")
             return self.ledger.budget(self.running.__contains__)
-
-    def db(self, call: Callable[[], T], what: str) -> T:
-        """``call()`` on the study's storage, retried while the database is unreachable for up
-        to ``study.storage_retry_s`` (then one StorageError line); said once per outage."""
-
-        def on_retry(exc: BaseException, waited_s: float) -> None:
-            if self._db_down_since is None:
-                self._db_down_since = time.monotonic()
-                self.out(
-                    f"database unreachable ({redact_url(self.spec.study.storage)}): retrying "
-                    f"for up to {self.spec.study.storage_retry_s:g} s; trials keep training"
-                )
-
-        result = with_retry(
-            call,
-            retry_s=self.spec.study.storage_retry_s,
-            what=what,
-            url=self.spec.study.storage,
-            on_retry=on_retry,
-        )
-        if self._db_down_since is not None:
-            down_s = time.monotonic() - self._db_down_since
-            self._db_down_since = None
-            self.out(f"database reachable again after {down_s:.0f} s")
-        return result
 
     def _heartbeat_loop(self) -> None:
         interval_s = self.spec.study.heartbeat_interval_s
@@ -355,6 +335,16 @@ class StudyRunner:
         )
         launching = True
         stop_message: str | None = None
+        rule = spec.study.plateau
+        if rule is not None:
+            with self.study_lock:
+                best = self._best()
+            self._plateau = plateau.PlateauWatch(
+                rule.trials,
+                rule.min_delta,
+                spec.objective.direction,
+                best.trials[0].value if best.trials else None,
+            )
         stop_signals = StopSignals().install()
         try:
             while True:
@@ -394,6 +384,9 @@ class StudyRunner:
                 run = self.running.pop(outcome.number)
                 free_slots.append(run.slot)
                 self._record(outcome)
+                if launching and self._plateau_reached(outcome):
+                    # Not an error: the run ends with exit 0 once its running trials finish.
+                    launching = False
                 if outcome.state == "FAIL" and not outcome.interrupted and launching:
                     stop_message = stop_rules.stop_message(
                         self.outcomes, spec.study.max_failures, n_trials
@@ -413,6 +406,21 @@ class StudyRunner:
             stop_signals.restore()
             self._stop_heartbeat.set()
         return stop_message
+
+    def _plateau_reached(self, outcome: TrialOutcome) -> bool:
+        """Whether ``study.plateau`` stops launching after ``outcome`` (said once, here)."""
+        if self._plateau is None or outcome.state not in ("COMPLETE", "PRUNED"):
+            return False
+        value = outcome.value if outcome.state == "COMPLETE" else None
+        if value is not None and outcome.constraints and not feasible(outcome.constraints):
+            value = None
+        message = self._plateau.finished(value)
+        if message is None:
+            return False
+        self.out(message)
+        if self.running:
+            self.out(f"waiting for {len(self.running)} running trial(s)")
+        return True
 
     def _launch(self, slot: devices.Slot) -> bool:
         """Ask for a trial and start it in ``slot``; False when the study's budget turned out

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -177,6 +178,12 @@ def build_sampler(
 
 
 def build_pruner(spec: PrunerSpec) -> optuna.pruners.BasePruner:
-    """The pruner of ``spec`` (``none`` is Optuna's ``NopPruner``)."""
+    """The pruner of ``spec`` (``none`` is Optuna's ``NopPruner``).
+
+    Optuna marks ``WilcoxonPruner`` experimental (its interface may change); it is dvt-hpo's
+    default, whose arguments the loader checks against the installed class, so the warning
+    would only repeat on every run."""
     kwargs: Mapping[str, Any] = spec.kwargs
-    return pruner_class(spec.kind)(**kwargs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return pruner_class(spec.kind)(**kwargs)

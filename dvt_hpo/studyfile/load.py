@@ -22,6 +22,7 @@ from dvt_hpo.exceptions import SpecError
 from dvt_hpo.store.redact import redact_url
 from dvt_hpo.studyfile.batch import read_batch_size
 from dvt_hpo.studyfile.command import check_command
+from dvt_hpo.studyfile.defaults import derive_budget_settings
 from dvt_hpo.studyfile.fields import Reader
 from dvt_hpo.studyfile.model import Condition, StudySpec
 from dvt_hpo.studyfile.objective import read_objective
@@ -98,6 +99,7 @@ def read_study_file(path: str | Path, overrides: Sequence[str] = ()) -> tuple[Do
     batch_size = read_batch_size(reader, root, schema, trainer.config, dims)
     check_command(reader, trainer, dims, batch_size)
     tracking = read_tracking(reader, root)
+    study = derive_budget_settings(study, trainer.config, dims)
     check_algorithms(reader, study, dims)
     spec = StudySpec(
         path=absolute,

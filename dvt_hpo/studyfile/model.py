@@ -27,6 +27,7 @@ __all__ = [
     "MetricSpec",
     "MlflowSpec",
     "ObjectiveSpec",
+    "PlateauSpec",
     "PrunerSpec",
     "SamplerSpec",
     "StudySection",
@@ -54,12 +55,22 @@ class PrunerSpec:
 
 
 @dataclass(frozen=True)
+class PlateauSpec:
+    """``study.plateau``: stop launching once the last ``trials`` finished trials of a run did
+    not improve the best value by more than ``min_delta`` (:mod:`dvt_hpo.study.plateau`)."""
+
+    trials: int = rule(ge=1)
+    min_delta: float = rule(0.0, ge=0)
+
+
+@dataclass(frozen=True)
 class StudySection:
     name: str = rule(what="a non-empty string")
     # Resolved URL (relative sqlite/journal paths made absolute against the study file's folder).
     storage: str = domain("")
     n_trials: int | None = rule(None, ge=1)  # total for the study, across workers and resumes
     timeout_s: float | None = rule(None, gt=0)  # for this invocation
+    # The loader always fills these: the measured defaults live in dvt_hpo.studyfile.defaults.
     sampler: SamplerSpec = domain(default_factory=SamplerSpec)
     pruner: PrunerSpec = domain(default_factory=PrunerSpec)
     # A count (int >= 1) or a share of n_trials (0 < float < 1); the loader rejects a share
@@ -70,6 +81,7 @@ class StudySection:
     # How long storage calls of a running study retry while the database is unreachable.
     # Long enough for a server restart or a fail-over before the run gives up.
     storage_retry_s: float = rule(120.0, ge=0)
+    plateau: PlateauSpec | None = domain(None)
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,12 @@ from dvt_hpo.store.redact import redact_url
 from dvt_hpo.store.urls import expand_env, resolve_url
 from dvt_hpo.study import optuna_factory, space
 from dvt_hpo.study.optuna_factory import build_pruner, build_sampler
+from dvt_hpo.studyfile.defaults import DEFAULT_PRUNER, DEFAULT_SAMPLER
 from dvt_hpo.studyfile.fields import Reader
 from dvt_hpo.studyfile.model import (
     Dimension,
     MlflowSpec,
+    PlateauSpec,
     PrunerSpec,
     SamplerSpec,
     StudySection,
@@ -92,7 +94,7 @@ def read_study(
         sec,
         key,
         "sampler",
-        "nsga2" if multi_objective else "tpe",
+        SamplerSpec("nsga2") if multi_objective else DEFAULT_SAMPLER,
         optuna_factory.SAMPLER_CLASSES,
     )
     if multi_objective:
@@ -105,7 +107,7 @@ def read_study(
         sec,
         key,
         "pruner",
-        "none" if multi_objective else "median",
+        PrunerSpec("none") if multi_objective else DEFAULT_PRUNER,
         optuna_factory.PRUNER_CLASSES,
     )
     return StudySection(
@@ -119,7 +121,26 @@ def read_study(
         heartbeat_interval_s=heartbeat,
         grace_period_s=grace,
         storage_retry_s=sec.get("storage_retry_s", 120.0),
+        plateau=read_plateau(r, sec, key, multi_objective),
     )
+
+
+def read_plateau(
+    r: Reader, sec: Mapping[str, Any], key: Key, multi_objective: bool
+) -> PlateauSpec | None:
+    """``study.plateau: {trials: N, min_delta: d}`` (null or absent: no plateau rule)."""
+    value = sec.get("plateau")
+    if value is None:
+        return None
+    pkey = (*key, "plateau")
+    if multi_objective:
+        raise r.err(
+            pkey,
+            "a study with several objectives has no single best value to watch for a plateau; "
+            "remove study.plateau",
+        )
+    fields = r.section(PlateauSpec, value, pkey, "study.plateau")
+    return PlateauSpec(trials=fields["trials"], min_delta=float(fields.get("min_delta", 0.0)))
 
 
 def read_storage(r: Reader, sec: Mapping[str, Any], key: Key, name: str) -> str:
@@ -202,26 +223,33 @@ def read_algorithm(
     sec: Mapping[str, Any],
     key: Key,
     name: str,
-    default: str,
+    default_spec: SamplerSpec | PrunerSpec,
     classes: Mapping[str, str],
 ) -> tuple[str, dict[str, Any]]:
-    """``sampler:``/``pruner:``: a kind string or ``{kind: ..., **kwargs}``."""
+    """``sampler:``/``pruner:``: a kind string or ``{kind: ..., **kwargs}``. Without a kind,
+    ``default_spec``'s kind and arguments, the file's arguments over them."""
     fkey = (*key, name)
     is_sampler = name == "sampler"
+    default = default_spec.kind
     if name not in sec:
-        return default, {}
+        return default, dict(default_spec.kwargs)
     value = sec[name]
     kind_key = fkey
     if value is None:
         # `pruner: null` switches pruning off; `sampler: null` keeps the default.
-        kind, kwargs = (default if is_sampler else "none"), {}
+        if is_sampler:
+            kind, kwargs = default, dict(default_spec.kwargs)
+        else:
+            kind, kwargs = "none", {}
     elif isinstance(value, str):
         kind, kwargs = value, {}
     elif isinstance(value, dict):
         kwargs = dict(value)
-        kind = kwargs.pop("kind", default)
         if "kind" in value:
+            kind = kwargs.pop("kind")
             kind_key = (*fkey, "kind")
+        else:
+            kind, kwargs = default, {**default_spec.kwargs, **kwargs}
     else:
         raise r.err(
             fkey,

@@ -781,3 +781,30 @@ def test_a_grid_used_up_by_the_budget_records_every_trial_complete(
     study = run(write_study(doc), lines=lines)
     assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"], lines
     assert not any("Study.stop" in line for line in lines), lines
+
+
+def test_a_plateau_ends_the_run_with_exit_0_and_a_rerun_searches_on(
+    write_study: Callable[..., Path], unique_name: str
+) -> None:
+    # Every trial scores 0.3: the first sets the best, the next 3 cannot improve it.
+    doc = toy(unique_name, [{"do": "curve", "values": [0.3]}])
+    doc["study"].update(n_trials=20, plateau={"trials": 3, "min_delta": 0.0})
+    path = write_study(doc)
+    lines: list[str] = []
+    study = run(path, lines=lines)
+    assert len(study.trials) == 4
+    assert all(t.state == State.COMPLETE for t in study.trials)
+    said = [line for line in lines if "study.plateau reached" in line]
+    assert len(said) == 1 and "last 3 finished trials" in said[0]
+    # A rerun gets 3 new trials to beat the study's best, then stops again, exit 0.
+    proc = subprocess.run(
+        [sys.executable, "-m", "dvt_hpo", "run", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "study.plateau reached" in proc.stdout
+    study = optuna.load_study(study_name=unique_name, storage=load_spec(path).study.storage)
+    assert len(study.trials) == 7

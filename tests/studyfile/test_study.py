@@ -11,11 +11,13 @@ import pytest
 
 from dvt_hpo.exceptions import SpecError
 from dvt_hpo.studyfile import (
+    PlateauSpec,
     SamplerSpec,
     build_pruner,
     build_sampler,
     load_spec,
 )
+from dvt_hpo.studyfile.defaults import DEFAULT_PRUNER, DEFAULT_SAMPLER
 from tests.studyfile.helpers import (
     BASE,
     bad_file_test,
@@ -139,10 +141,13 @@ def test_defaults_are_filled_once_by_the_spec(write: Callable[..., Path], tmp_pa
     assert spec.trials.runs_dir.is_absolute()
     # TPE samples parallel trials with constant_liar unless the study says otherwise.
     parallel = BASE + "trials: {parallel: 2}\n"
-    assert load_spec(write(parallel)).study.sampler.kwargs == {"constant_liar": True}
+    assert load_spec(write(parallel)).study.sampler.kwargs == {
+        "multivariate": False,
+        "constant_liar": True,
+    }
     spec = load_spec(write(parallel), ["study.sampler={kind: tpe, constant_liar: false}"])
     assert spec.study.sampler.kwargs == {"constant_liar": False}
-    assert load_spec(write(BASE)).study.sampler.kwargs == {}
+    assert load_spec(write(BASE)).study.sampler.kwargs == {"multivariate": False}
 
 
 # fmt: off
@@ -196,6 +201,20 @@ BAD_STUDY = [
          "study.pruner", "Optuna rejects the arguments", "-1"),
     case("pruner-threshold", study_with("  pruner: {kind: threshold}"), 3, "study.pruner.kind",
          "needs 'lower' or 'upper'"),
+    case("plateau-trials-zero", study_with("  plateau: {trials: 0}"), 3, "study.plateau.trials",
+         "must be an integer >= 1", "got 0"),
+    case("plateau-trials-missing", study_with("  plateau: {min_delta: 0.1}"), 3,
+         "study.plateau.trials", "missing required key 'trials'"),
+    case("plateau-delta-negative", study_with("  plateau: {trials: 5, min_delta: -0.1}"), 3,
+         "study.plateau.min_delta", "must be a number >= 0", "got -0.1"),
+    case("plateau-key", study_with("  plateau: {trials: 5, mindelta: 0.1}"), 3,
+         "study.plateau.mindelta", "did you mean 'min_delta'?"),
+    case("plateau-not-mapping", study_with("  plateau: 5"), 3, "study.plateau",
+         "must be a mapping", "got 5 (int)"),
+    case("plateau-multi-objective",
+         study_with("  plateau: {trials: 5}")
+         + "objective: {metrics: [{name: loss}, {name: accuracy}]}\n", 3,
+         "study.plateau", "several objectives"),
     case("objective-direction", BASE + "objective:\n  direction: maximise\n", 8,
          "objective.direction", "must be one of minimize, maximize", "did you mean 'maximize'?"),
     case("objective-reduce", BASE + "objective: {reduce: mean}\n", 7, "objective.reduce",
@@ -233,3 +252,88 @@ def test_storage_and_tracking_uri_expand_environment_variables(
     assert spec.study.storage == "postgresql://hpo:s3cret@db.example/hpo"
     assert spec.tracking.mlflow.tracking_uri == f"sqlite:///{path.parent.resolve() / 'mlflow.db'}"
     assert "s3cret" not in str(spec_to_dict(spec))
+
+
+def test_plateau_is_read_with_its_default_min_delta(write: Callable[..., Path]) -> None:
+    spec = load_spec(write(study_with("  plateau: {trials: 20}")))
+    assert spec.study.plateau == PlateauSpec(trials=20, min_delta=0.0)
+    spec = load_spec(write(study_with("  plateau: {trials: 5, min_delta: 1}")))
+    assert spec.study.plateau == PlateauSpec(trials=5, min_delta=1.0)
+    assert load_spec(write(study_with("  plateau: null"))).study.plateau is None
+    assert load_spec(write(BASE)).study.plateau is None
+
+
+def test_no_sampler_or_pruner_gets_the_measured_default(write: Callable[..., Path]) -> None:
+    spec = load_spec(write(BASE))
+    assert (spec.study.sampler.kind, spec.study.sampler.kwargs) == (
+        DEFAULT_SAMPLER.kind,
+        DEFAULT_SAMPLER.kwargs,
+    )
+    assert (spec.study.pruner.kind, spec.study.pruner.kwargs) == (
+        DEFAULT_PRUNER.kind,
+        DEFAULT_PRUNER.kwargs,
+    )
+    sampler = build_sampler(spec.study.sampler, spec.search_space)
+    assert isinstance(sampler, optuna.samplers.TPESampler) and not sampler._multivariate
+    assert isinstance(build_pruner(spec.study.pruner), optuna.pruners.WilcoxonPruner)
+
+
+@pytest.mark.parametrize(
+    ("lines", "sampler", "pruner"),
+    [
+        # Arguments without a kind go over the default's.
+        (["  sampler: {seed: 3}"], ("tpe", {"multivariate": False, "seed": 3}), None),
+        (["  sampler: null"], ("tpe", {"multivariate": False}), None),
+        (["  pruner: {p_threshold: 0.05}"], None, ("wilcoxon", {"p_threshold": 0.05})),
+        # A kind named in the file is Optuna's class with the file's arguments only.
+        (["  sampler: tpe"], ("tpe", {}), None),
+        (["  sampler: {kind: tpe, seed: 1}"], ("tpe", {"seed": 1}), None),
+        (["  pruner: median"], None, ("median", {})),
+        (["  pruner: null"], None, ("none", {})),
+    ],
+)
+def test_the_default_kind_keeps_its_arguments_under_the_files(
+    write: Callable[..., Path],
+    lines: list[str],
+    sampler: tuple[str, dict] | None,
+    pruner: tuple[str, dict] | None,
+) -> None:
+    spec = load_spec(write(study_with(*lines)))
+    if sampler is not None:
+        assert (spec.study.sampler.kind, spec.study.sampler.kwargs) == sampler
+    if pruner is not None:
+        assert (spec.study.pruner.kind, spec.study.pruner.kwargs) == pruner
+
+
+def test_several_objectives_keep_their_own_defaults(write: Callable[..., Path]) -> None:
+    spec = load_spec(write(BASE + "objective: {metrics: [{name: loss}, {name: accuracy}]}\n"))
+    assert (spec.study.sampler.kind, spec.study.pruner.kind) == ("nsga2", "none")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # trainer.config.epochs (BASE has epochs: 1; min_resource must stay below it).
+        (study_with("  pruner: hyperband").replace("epochs: 1", "epochs: 12"), 12),
+        # An epochs dimension: its largest value.
+        (
+            study_with("  pruner: hyperband").replace("epochs: 1", "epochs: 5")
+            + "  - {name: epochs, path: epochs, kind: int, low: 2, high: 40}\n",
+            40,
+        ),
+        # Given in the file: kept, "auto" included.
+        (study_with("  pruner: {kind: hyperband, max_resource: 7}"), 7),
+        (study_with("  pruner: {kind: hyperband, max_resource: auto}"), "auto"),
+        # Not above min_resource: left to Optuna's own estimate.
+        (study_with("  pruner: {kind: hyperband, min_resource: 3}"), None),
+    ],
+)
+def test_hyperband_max_resource_comes_from_the_trainers_epochs(
+    write: Callable[..., Path], text: str, expected: object
+) -> None:
+    pruner = load_spec(write(text)).study.pruner
+    assert pruner.kind == "hyperband"
+    assert pruner.kwargs.get("max_resource") == expected
+    built = build_pruner(pruner)
+    if isinstance(expected, int):
+        assert built._max_resource == expected

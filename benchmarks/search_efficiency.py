@@ -1,0 +1,395 @@
+"""Search efficiency: which sampler and pruner find the best LCBench model for the fewest epochs.
+
+    pip install -e '.[bench]'                                    # onnxruntime, matplotlib
+    python benchmarks/search_efficiency.py --quick               # 3 tasks x 2 seeds x 3 cells
+    python benchmarks/search_efficiency.py --screen --results R  # every cell, a few tasks
+    python benchmarks/search_efficiency.py --cells tpe+none,tpe+median,default \\
+        --tasks all --seeds 5 --results R --plot docs/search-efficiency.png
+
+Every study runs through ``dvt-hpo run`` (a real orchestrator process, warm trial processes,
+each epoch reported and pruned over the control channel, the study in its own journal file on
+``/dev/shm`` when there is one) on ``benchmarks/lcbench_trainer.py``: the YAHPO Gym LCBench
+surrogate (34 OpenML tasks, 7 hyperparameters of an MLP, 52 epochs), whose every epoch reports
+the surrogate's validation accuracy for the trial's config. A study runs until its budget of
+epochs (``--budget`` full trainings' worth, 30 x 52 by default) is spent: the trial that finds
+it spent fails, and ``study.max_failures: 1`` ends the run.
+
+A cell is ``sampler+pruner`` (see :data:`SAMPLERS` and :data:`PRUNERS`), or ``default``: the
+study file names neither, so what it measures is what dvt-hpo picks when a user says nothing.
+Results are one JSON file per study under ``--results`` (a rerun skips the studies already
+there), then :mod:`search_efficiency_report` prints the tables and draws the plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO_ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+try:
+    import dvt_hpo  # noqa: F401
+except ImportError:  # run from a checkout without installing the package
+    sys.path.insert(0, str(REPO_ROOT))
+
+import yaml  # noqa: E402
+from lcbench_surrogate import MAX_EPOCHS, Surrogate, search_space  # noqa: E402
+
+# Sampler and pruner settings of the grid, as study.yaml writes them ("seed" is added per run).
+# "tpe" is Optuna's TPESampler as dvt-hpo built it before this benchmark (Optuna's defaults:
+# multivariate under Optuna 5, univariate under 4.x); "tpe-uni" and "tpe-mv" say which.
+SAMPLERS: dict[str, dict[str, Any]] = {
+    "random": {"kind": "random"},
+    "tpe": {"kind": "tpe"},
+    "tpe-uni": {"kind": "tpe", "multivariate": False},
+    "tpe-mv": {"kind": "tpe", "multivariate": True},
+    "cmaes": {"kind": "cmaes"},
+    "qmc": {"kind": "qmc", "scramble": True},
+}
+# The grid's samplers (tpe-mv is "tpe" under Optuna 5; qmc on request).
+GRID_SAMPLERS = ("random", "tpe", "tpe-uni", "cmaes")
+PRUNERS: dict[str, dict[str, Any]] = {
+    "none": {"kind": "none"},
+    "median": {"kind": "median"},
+    "percentile": {"kind": "percentile", "percentile": 25.0},
+    "sha": {"kind": "successive_halving"},
+    "hyperband": {"kind": "hyperband", "min_resource": 1, "max_resource": MAX_EPOCHS},
+    "wilcoxon": {"kind": "wilcoxon"},
+}
+DEFAULT_CELL = "default"
+QUICK_CELLS = ("tpe+none", "tpe+median", DEFAULT_CELL)
+QUICK_TASKS = ("3945", "167168", "189906")
+FULL_BUDGET = 30  # full trainings' worth of epochs per study
+QUICK_BUDGET = 10
+# The screening grid: every cell on a spread of tasks (every fifth of the 34).
+SCREEN_STEP = 5
+
+
+@dataclass(frozen=True)
+class Trial:
+    number: int
+    state: str  # COMPLETE | PRUNED | FAIL
+    epochs: int  # epochs trained (reports)
+    value: float | None  # val_accuracy of a complete trial
+    time_s: float  # the surrogate's predicted training time of those epochs
+
+
+@dataclass(frozen=True)
+class StudyResult:
+    cell: str
+    task: str
+    seed: int
+    budget_epochs: int
+    wall_s: float
+    exit_code: int
+    trials: tuple[Trial, ...]
+    engine: str = "dvt"  # "dvt": through dvt-hpo run; "replay": search_replay, in one process
+
+
+def all_cells() -> list[str]:
+    return [f"{s}+{p}" for s in GRID_SAMPLERS for p in PRUNERS] + [DEFAULT_CELL]
+
+
+def study_document(cell: str, task: str, seed: int, budget: int, folder: Path) -> dict[str, Any]:
+    study: dict[str, Any] = {
+        "name": "lcbench",
+        "storage": "journal:///study.log",
+        "n_trials": 10_000,  # the epoch budget ends the run
+        "max_failures": 1,
+    }
+    if cell != DEFAULT_CELL:
+        sampler, pruner = cell.split("+")
+        study["sampler"] = {**SAMPLERS[sampler], "seed": seed}
+        study["pruner"] = dict(PRUNERS[pruner])
+    else:
+        # Neither kind is named: dvt-hpo's defaults, the sampler only seeded.
+        study["sampler"] = {"seed": seed}
+    doc = {
+        "study": study,
+        "objective": {"metric": "val_accuracy", "direction": "maximize", "reduce": "last"},
+        "trials": {"parallel": 1, "devices": "cpu", "keep_logs": "none", "timeout_s": 600},
+        "trainer": {
+            "entrypoint": "lcbench_trainer:run",
+            "config": {
+                "task": task,
+                "epochs": MAX_EPOCHS,
+                "budget_epochs": budget,
+                "epochs_file": str(folder / "epochs"),
+                "hp": {
+                    "batch_size": 91,
+                    "learning_rate": 0.003,
+                    "momentum": 0.5,
+                    "weight_decay": 0.05,
+                    "num_layers": 3,
+                    "max_units": 256,
+                    "max_dropout": 0.5,
+                },
+            },
+        },
+        "search_space": search_space(SURROGATE.dimensions),
+    }
+    return doc
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(HERE), str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])]
+    )
+    env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+def _scratch() -> Path:
+    shm = Path("/dev/shm")
+    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else None
+    return Path(tempfile.mkdtemp(prefix="dvt-lcbench-", dir=base))
+
+
+def run_study(cell: str, task: str, seed: int, budget: int) -> StudyResult:
+    """One study through ``dvt-hpo run``, read back from its journal, its folder removed."""
+    folder = _scratch()
+    try:
+        path = folder / "study.yaml"
+        path.write_text(yaml.safe_dump(study_document(cell, task, seed, budget, folder)))
+        start = time.perf_counter()
+        proc = subprocess.run(
+            [sys.executable, "-m", "dvt_hpo", "run", str(path)],
+            cwd=folder,
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            check=False,
+        )
+        wall_s = time.perf_counter() - start
+        if proc.returncode not in (0, 1) or "epoch budget spent" not in proc.stdout:
+            raise RuntimeError(
+                f"{cell} task {task} seed {seed}: dvt-hpo run exited {proc.returncode} without "
+                f"spending its budget:\n{proc.stdout[-3000:]}"
+            )
+        trials = read_trials(folder / "study.log", task)
+        return StudyResult(cell, task, seed, budget, wall_s, proc.returncode, trials)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def replay(cell: str, task: str, seed: int, budget: int) -> StudyResult:
+    """The same study replayed in this process (see :mod:`search_replay`)."""
+    from search_replay import replay_study
+
+    doc = study_document(cell, task, seed, budget, Path(tempfile.gettempdir()))
+    rows, wall_s = replay_study(doc, task, budget, SURROGATE, SURROGATE_PARAMS)
+    trials = tuple(
+        Trial(n, state, epochs, value, float(SURROGATE.curve(task, hp, epochs)["time"][-1]))
+        for n, state, epochs, value, hp in rows
+    )
+    return StudyResult(cell, task, seed, budget, wall_s, 0, trials, engine="replay")
+
+
+def same_search(a: StudyResult, b: StudyResult) -> bool:
+    """Whether two runs of one study tried the same trials with the same outcomes."""
+    key = [(t.number, t.state, t.epochs, t.value) for t in a.trials]
+    return key == [(t.number, t.state, t.epochs, t.value) for t in b.trials]
+
+
+def read_trials(journal: Path, task: str) -> tuple[Trial, ...]:
+    from dvt_hpo.store.storage import open_existing
+
+    study = open_existing(f"journal:///{journal}", "lcbench")
+    out = []
+    for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
+        epochs = len(t.intermediate_values)
+        if epochs == 0:
+            continue  # the trial that found the budget spent
+        hp = {k: t.params[k] for k in SURROGATE_PARAMS}
+        time_s = float(SURROGATE.curve(task, hp, epochs)["time"][-1])
+        value = t.value if t.state.name == "COMPLETE" else None
+        out.append(Trial(t.number, t.state.name, epochs, value, time_s))
+    return tuple(out)
+
+
+def result_path(results: Path, cell: str, task: str, seed: int) -> Path:
+    return results / cell / f"{task}-{seed}.json"
+
+
+def save(results: Path, result: StudyResult) -> None:
+    path = result_path(results, result.cell, result.task, result.seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(result)))
+    tmp.replace(path)
+
+
+def load(path: Path) -> StudyResult:
+    raw = json.loads(path.read_text())
+    raw["trials"] = tuple(Trial(**t) for t in raw["trials"])
+    return StudyResult(**raw)
+
+
+def _checked(item: tuple[str, str, int], budget: int) -> StudyResult:
+    """The study through dvt-hpo run, after checking that its replay is the same search."""
+    result = run_study(*item, budget)
+    again = replay(*item, budget)
+    if not same_search(result, again):
+        raise RuntimeError(
+            f"{item}: the replay differs from dvt-hpo run; use --engine dvt for this grid"
+        )
+    return result
+
+
+def run_grid(
+    cells: list[str],
+    tasks: list[str],
+    seeds: list[int],
+    budget: int,
+    results: Path,
+    jobs: int,
+    engine: str = "dvt",
+    check: int = 0,
+    out: Any = print,
+) -> None:
+    """Run the studies missing from ``results``; seeds outermost, so that a grid cut short
+    still has every cell on the same tasks and seeds. ``check``: with the replay engine, the
+    first ``check`` studies (spread over the cells) run through dvt-hpo run and must equal
+    their replay."""
+    todo = [
+        (c, t, s)
+        for s in seeds
+        for t in tasks
+        for c in cells
+        if not result_path(results, c, t, s).exists()
+    ]
+    out(
+        f"{len(todo)} studies to run ({len(cells)} cells x {len(tasks)} tasks x {len(seeds)} "
+        f"seeds, {jobs} at a time, engine {engine}), results in {results}"
+    )
+    start = time.perf_counter()
+    checked = todo[:check] if engine == "replay" else []
+    if checked:
+        with ThreadPoolExecutor(max_workers=jobs) as threads:
+            for result in threads.map(lambda item: _checked(item, budget), checked):
+                save(results, result)
+        out(
+            f"  {len(checked)} studies through dvt-hpo run: each the same search as its "
+            f"replay ({time.perf_counter() - start:.0f} s)"
+        )
+        todo = todo[check:]
+    pool: Executor = (
+        ProcessPoolExecutor(max_workers=jobs)
+        if engine == "replay"
+        else ThreadPoolExecutor(max_workers=jobs)
+    )
+    fn = replay if engine == "replay" else run_study
+    with pool:
+        futures = [pool.submit(fn, *item, budget) for item in todo]
+        for i, future in enumerate(as_completed(futures), 1):
+            result = future.result()
+            save(results, result)
+            if i % 50 == 0 or i == len(todo) or engine == "dvt" and i % 10 == 0:
+                out(
+                    f"  {i}/{len(todo)} done, {time.perf_counter() - start:.0f} s; last: "
+                    f"{result.cell} task {result.task} seed {result.seed}: "
+                    f"{len(result.trials)} trials in {result.wall_s:.1f} s"
+                )
+
+
+SURROGATE = Surrogate()
+SURROGATE_PARAMS = tuple(d.name for d in SURROGATE.dimensions)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="3 tasks, 2 seeds, 3 cells, every study through dvt-hpo run and its replay",
+    )
+    p.add_argument("--screen", action="store_true", help="every cell on every 5th task")
+    p.add_argument("--cells", help="comma-separated cells (sampler+pruner or default)")
+    p.add_argument("--tasks", help="'all' or comma-separated OpenML task ids")
+    p.add_argument("--ntasks", type=int, help="N tasks spread evenly over the 34")
+    p.add_argument("--task-step", type=int, help="every k-th of the 34 tasks")
+    p.add_argument("--seeds", type=int, help="seeds 0..N-1")
+    p.add_argument("--budget", type=int, help="full trainings' worth of epochs (30; --quick: 10)")
+    p.add_argument("--jobs", type=int, default=2, help="studies at a time")
+    p.add_argument("--results", type=Path, help="folder of per-study JSON (kept for reruns)")
+    p.add_argument("--plot", type=Path, help="PNG of regret against epochs (e.g. docs/x.png)")
+    p.add_argument("--report-only", action="store_true", help="tables from --results only")
+    p.add_argument(
+        "--engine",
+        choices=("dvt", "replay"),
+        default="dvt",
+        help="dvt: every study through dvt-hpo run; replay: in one process (search_replay)",
+    )
+    p.add_argument(
+        "--check", type=int, default=0, help="with --engine replay: N studies run both ways"
+    )
+    args = p.parse_args(argv)
+
+    import search_efficiency_report as report
+
+    tasks_all = list(SURROGATE.tasks)
+    if args.quick:
+        # Every study through dvt-hpo run, each checked against its replay.
+        cells, tasks, seeds = list(QUICK_CELLS), list(QUICK_TASKS), 2
+        args.engine, args.check = "replay", len(cells) * len(tasks) * seeds
+        if args.budget is None:
+            args.budget = QUICK_BUDGET
+    elif args.screen:
+        cells = all_cells()
+        tasks, seeds = tasks_all[::SCREEN_STEP], 2
+    else:
+        cells, tasks, seeds = all_cells(), tasks_all, 5
+    if args.cells:
+        cells = args.cells.split(",")
+    if args.tasks:
+        tasks = tasks_all if args.tasks == "all" else args.tasks.split(",")
+    if args.ntasks:
+        n = args.ntasks
+        tasks = [tasks_all[round(i * (len(tasks_all) - 1) / max(1, n - 1))] for i in range(n)]
+    if args.task_step:
+        tasks = tasks_all[:: args.task_step]
+    if args.seeds is not None:
+        seeds = args.seeds
+    for cell in cells:
+        if cell != DEFAULT_CELL and (
+            "+" not in cell
+            or cell.split("+")[0] not in SAMPLERS
+            or cell.split("+")[1] not in PRUNERS
+        ):
+            p.error(f"unknown cell {cell!r} (sampler+pruner of {list(SAMPLERS)} x {list(PRUNERS)})")
+    results = args.results or Path(tempfile.mkdtemp(prefix="search-efficiency-"))
+    budget = (args.budget or FULL_BUDGET) * MAX_EPOCHS
+    if not args.report_only:
+        run_grid(
+            cells, tasks, list(range(seeds)), budget, results, args.jobs, args.engine, args.check
+        )
+    found = [
+        load(path)
+        for cell in cells
+        for path in sorted((results / cell).glob("*.json"))
+        if path.stem.split("-")[0] in tasks and int(path.stem.split("-")[1]) < seeds
+    ]
+    # Only the (task, seed) pairs every cell has: a grid cut short compares like with like.
+    have: dict[tuple[str, int], set[str]] = {}
+    for r in found:
+        have.setdefault((r.task, r.seed), set()).add(r.cell)
+    runs = [r for r in found if len(have[(r.task, r.seed)]) == len(set(cells))]
+    print(report.render(runs, SURROGATE, budget, plots=args.plot))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

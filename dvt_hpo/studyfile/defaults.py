@@ -1,0 +1,48 @@
+"""What a study gets when its file does not say: the measured default sampler and pruner, and
+the settings Optuna would guess at run time that the study file already tells.
+
+The defaults come from ``benchmarks/search_efficiency.py`` (the README's "Search efficiency"):
+the best sampler and pruner measured on the LCBench surrogate through dvt-hpo itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dvt_hpo.studyfile.model import Dimension, PrunerSpec, SamplerSpec, StudySection
+
+__all__ = ["DEFAULT_PRUNER", "DEFAULT_SAMPLER", "derive_budget_settings"]
+
+# What a study file that names no sampler or pruner gets: the best combination measured on the
+# LCBench surrogate through dvt-hpo itself (benchmarks/search_efficiency.py; the README's
+# "Search efficiency" tables). TPE univariate, explicitly: Optuna 5 made TPE multivariate by
+# default, which did worse under pruning (about even without). Wilcoxon pruning (each report
+# tested against the best trial's curve at the same epochs) led every other pruner under TPE
+# and random search. Arguments written without a kind go over these.
+DEFAULT_SAMPLER = SamplerSpec("tpe", {"multivariate": False})
+DEFAULT_PRUNER = PrunerSpec("wilcoxon", {})
+
+
+def derive_budget_settings(
+    study: StudySection, trainer_config: Mapping[str, Any], dims: Sequence[Dimension]
+) -> StudySection:
+    """Settings Optuna would guess from the first finished trial, taken from the study file
+    instead: Hyperband's ``max_resource`` is the trainer's epochs (``trainer.config.epochs``,
+    or the largest value of an ``epochs`` dimension), so its brackets are right from the first
+    trial on. Left to Optuna (``auto``) when the file does not say how many epochs a trial runs."""
+    pruner = study.pruner
+    if pruner.kind != "hyperband" or "max_resource" in pruner.kwargs:
+        return study
+    epochs = trainer_config.get("epochs")
+    for dim in dims:
+        if dim.path == "epochs" and dim.kind == "int" and dim.high is not None:
+            epochs = dim.high
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        return study
+    min_resource = pruner.kwargs.get("min_resource", 1)
+    if isinstance(min_resource, int) and epochs <= min_resource:
+        return study  # Optuna refuses max_resource <= min_resource; leave it to say so
+    kwargs = {**pruner.kwargs, "max_resource": epochs}
+    return dataclasses.replace(study, pruner=PrunerSpec(pruner.kind, kwargs))

@@ -1,0 +1,97 @@
+"""benchmarks/search_efficiency.py: the LCBench trainer through dvt-hpo run, its replay, the
+report's arithmetic. The surrogate is shared/data/yahpo_lcbench beside the checkout."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import search_efficiency as se  # noqa: E402
+import search_efficiency_report as report  # noqa: E402
+from lcbench_surrogate import MAX_EPOCHS  # noqa: E402
+
+
+def result(cell: str, trials: list[tuple[int, float | None]], task: str = "t") -> se.StudyResult:
+    return se.StudyResult(
+        cell,
+        task,
+        0,
+        10,
+        1.0,
+        0,
+        tuple(
+            se.Trial(i, "COMPLETE" if v is not None else "PRUNED", e, v, 1.0)
+            for i, (e, v) in enumerate(trials)
+        ),
+    )
+
+
+def test_incumbents_count_only_completed_trials_within_the_epochs() -> None:
+    run = result("c", [(4, 0.5), (1, None), (4, 0.9), (4, 0.7)])
+    # Trials end at epochs 4, 5, 9 and 13.
+    assert report.incumbents(run, [3, 4, 8, 9, 13]) == [None, 0.5, 0.5, 0.9, 0.9]
+
+
+def test_regret_is_normalized_between_the_best_known_and_a_typical_random_config() -> None:
+    assert report.regret(0.9, (1.0, 0.5)) == pytest.approx(0.2)
+    assert report.regret(1.1, (1.0, 0.5)) == 0.0
+    assert math.isinf(report.regret(None, (1.0, 0.5)))
+
+
+def test_epochs_to_the_baselines_final_regret() -> None:
+    refs = {"t": (1.0, 0.0)}
+    base = result(report.BASELINE, [(5, 0.9), (5, 0.95)])  # final regret 0.05
+    fast = result("fast", [(2, None), (3, 0.96)])
+    slow = result("slow", [(5, 0.5), (5, 0.6)])
+    reach = report.epochs_to_target([base, fast, slow], refs, 10)
+    assert reach[report.BASELINE] == 10 and reach["fast"] == 5 and math.isinf(reach["slow"])
+
+
+def test_the_plateau_effect_is_read_from_a_recorded_run() -> None:
+    refs = {"t": (1.0, 0.0)}
+    run = result("c", [(2, 0.9), (2, 0.8), (2, 0.8), (2, 0.95), (2, 0.9)])
+    # With a window of 2 the run stops after the third trial: 6 of 10 epochs, regret 0.1
+    # where the whole run reaches 0.05.
+    share, saved, added, mean_added = report.plateau_effect([run], refs, 10, 2, 0.0)
+    assert share == 1.0 and saved == pytest.approx(0.4) and added == pytest.approx(0.05)
+    assert mean_added == pytest.approx(0.05)
+
+
+def test_the_surrogate_answers_a_learning_curve() -> None:
+    curve = se.SURROGATE.curve(
+        "3945", se.study_document("default", "3945", 0, 52, ROOT)["trainer"]["config"]["hp"]
+    )
+    assert len(curve["val_accuracy"]) == MAX_EPOCHS
+    assert 0 < float(curve["val_accuracy"][-1]) <= 100
+    assert float(curve["time"][-1]) > float(curve["time"][0]) > 0
+    assert len(se.SURROGATE.tasks) == 34
+
+
+@pytest.mark.processes
+def test_a_study_through_dvt_hpo_run_is_the_same_search_as_its_replay(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "search_efficiency.py"),
+            *("--engine", "replay", "--check", "1", "--cells", "default"),
+            *("--tasks", "3945", "--seeds", "1", "--budget", "3", "--jobs", "1"),
+            *("--results", str(tmp_path)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 studies through dvt-hpo run: each the same search as its replay" in proc.stdout
+    saved = se.load(tmp_path / "default" / "3945-0.json")
+    assert saved.engine == "dvt" and saved.exit_code == 1  # ended by the spent budget
+    assert sum(t.epochs for t in saved.trials) >= 3 * MAX_EPOCHS
+    assert "| default |" in proc.stdout
