@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dvt_hpo.store.redact import redact_text, redact_url
-
 
 class DvtHpoError(Exception):
     """Base class of dvt-hpo's own errors."""
@@ -106,6 +104,9 @@ class StorageError(DvtHpoError):
         hint: str = "",
         source: str | Path | None = None,
     ) -> None:
+        # Imported here: `import dvt_hpo.report` (a script's helper) stays this light.
+        from dvt_hpo.store.redact import redact_text, redact_url
+
         self.problem = one_line(redact_text(problem, url))
         self.hint = hint
         self.redacted_url = redact_url(url)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +22,12 @@ from dvt_hpo.process import tree as process_tree
 from dvt_hpo.study import kill_points
 from tests.conftest import toy_study
 from tests.lost_nothing import problems
-from tests.study.test_recovery import (
+from tests.study.test_recovery import (  # noqa: F401 - orchestrator is a fixture
     EVENT_TIMEOUT_S,
     Orchestrator,
     fifo_study,
     load_trials,
+    orchestrator,
     processes_mentioning,
     states,
     wait_trial_running,
@@ -57,27 +58,14 @@ def runs_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def worker(runs_dir: Path) -> Iterator[Callable[..., Orchestrator]]:
-    """Start ``dvt-hpo run STUDY`` (killed at ``kill_at`` when given); killed at teardown."""
-    started: list[Orchestrator] = []
+def worker(orchestrator: Callable[..., Orchestrator]) -> Callable[..., Orchestrator]:  # noqa: F811
+    """Start ``dvt-hpo run STUDY``, killed at ``kill_at`` when given (test_recovery's
+    orchestrator fixture: whatever is left is killed at teardown)."""
 
     def start(study: Path, kill_at: str | None = None) -> Orchestrator:
-        env = {kill_points.ENV_KILL_AT: kill_at} if kill_at else {}
-        started.append(Orchestrator(study, env=env))
-        return started[-1]
+        return orchestrator(study, env={kill_points.ENV_KILL_AT: kill_at} if kill_at else None)
 
-    try:
-        yield start
-    finally:
-        for run in started:
-            if run.proc.poll() is None:
-                run.proc.kill()
-            run.proc.wait(timeout=EVENT_TIMEOUT_S)
-            run.finish()
-        leftovers = processes_mentioning(runs_dir)
-        for pid in leftovers:
-            os.kill(pid, signal.SIGKILL)
-        process_tree.wait_gone(leftovers, EVENT_TIMEOUT_S)
+    return start
 
 
 def assert_killed(run: Orchestrator, step: str) -> None:

@@ -159,12 +159,13 @@ def runs_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def orchestrator(runs_dir: Path) -> Iterator[Callable[[Path], Orchestrator]]:
-    """Start ``python -m dvt_hpo run STUDY``; whatever is left is killed at teardown."""
+def orchestrator(runs_dir: Path) -> Iterator[Callable[..., Orchestrator]]:
+    """Start ``python -m dvt_hpo run STUDY`` (with ``env`` added to its environment);
+    whatever is left is killed at teardown."""
     started: list[Orchestrator] = []
 
-    def start(study: Path) -> Orchestrator:
-        started.append(Orchestrator(study))
+    def start(study: Path, env: dict[str, str] | None = None) -> Orchestrator:
+        started.append(Orchestrator(study, env=env))
         return started[-1]
 
     try:
