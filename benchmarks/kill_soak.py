@@ -48,7 +48,7 @@ if str(REPO_ROOT) not in sys.path:  # tests.lost_nothing, and dvt_hpo from a che
 
 import yaml  # noqa: E402
 
-from dvt_hpo import process_tree  # noqa: E402
+from dvt_hpo.process import tree as process_tree  # noqa: E402
 from dvt_hpo.store.storage import open_existing, redact_url, unreachable_reason  # noqa: E402
 from tests.lost_nothing import problems  # noqa: E402
 

@@ -48,7 +48,7 @@ except ImportError:  # run from a checkout without installing the package
 
 import yaml  # noqa: E402
 
-from dvt_hpo import trial_run  # noqa: E402
+from dvt_hpo.study import trial_run  # noqa: E402
 from dvt_hpo.process import tree as process_tree  # noqa: E402
 from dvt_hpo.store.redact import redact_url  # noqa: E402
 from dvt_hpo.store.storage import unreachable_reason  # noqa: E402

@@ -338,7 +338,7 @@ class StudyRunner:
         rule = spec.study.plateau
         if rule is not None:
             with self.study_lock:
-                best = self._best()
+                best = select_best(self.study.get_trials(deepcopy=False), spec.objective.directions)
             self._plateau = plateau.PlateauWatch(
                 rule.trials,
                 rule.min_delta,

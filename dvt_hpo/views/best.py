@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from dvt_hpo.config.paths import set_path
+from dvt_hpo.config.paths import get_path, set_path
 from dvt_hpo.exceptions import DvtHpoError, SpecError
 from dvt_hpo.store.trial_config import absolute_paths, has_path, ran_config
 from dvt_hpo.study import space
@@ -71,13 +71,13 @@ def _as_it_ran(spec: StudySpec, config: dict[str, Any], trial: Any) -> None:
         isinstance(threads, int)
         and not isinstance(threads, bool)
         and has_path(config, "devices.threads")
-        and space.get_path(config, "devices.threads") is None
+        and get_path(config, "devices.threads") is None
     ):
-        space.set_path(config, "devices.threads", threads)
+        set_path(config, "devices.threads", threads)
     metric, direction = spec.objective.metric, spec.objective.direction
     if metric in LEARNED and has_path(config, "checkpoint.monitor"):
-        space.set_path(config, "checkpoint.monitor", metric)
-        space.set_path(config, "checkpoint.mode", "max" if direction == "maximize" else "min")
+        set_path(config, "checkpoint.monitor", metric)
+        set_path(config, "checkpoint.mode", "max" if direction == "maximize" else "min")
 
 
 def front_table(best: Best, names: Sequence[str]) -> list[str]:
