@@ -48,11 +48,11 @@ except ImportError:  # run from a checkout without installing the package
 
 import yaml  # noqa: E402
 
-from dvt_hpo.study import trial_run  # noqa: E402
 from dvt_hpo.process import tree as process_tree  # noqa: E402
 from dvt_hpo.store.redact import redact_url  # noqa: E402
 from dvt_hpo.store.storage import unreachable_reason  # noqa: E402
 from dvt_hpo.study import loop as study_loop  # noqa: E402
+from dvt_hpo.study import trial_run  # noqa: E402
 from dvt_hpo.studyfile import load_spec  # noqa: E402
 from dvt_hpo.wire.protocol import Hello  # noqa: E402
 
