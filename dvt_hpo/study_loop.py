@@ -68,6 +68,7 @@ class StudyRunner:
         retry_failed: bool = False,
         out: Callable[[str], None] | None = None,
         observers: Sequence[StudyObserver] = (),
+        launch_gate: Callable[[optuna.Study], str | None] | None = None,
     ) -> None:
         self.spec = spec
         self.allow_space_change = allow_space_change
@@ -78,6 +79,12 @@ class StudyRunner:
         self.out = out or (lambda line: print(line, flush=True))
         self._extra_observers = list(observers)
         self.observers = Observers(self._extra_observers, self.out)
+        # None while new trials may start, else why not (a Slurm job's time limit near).
+        if launch_gate is None:
+            from dvt_hpo.cluster.time_limit import gate_for_environment
+
+            launch_gate = gate_for_environment(spec)
+        self.launch_gate = launch_gate
         self._prints_trial_lines = True
         self.study_lock = threading.RLock()
         self._db_down_since: float | None = None  # monotonic time the outage was first seen
@@ -309,6 +316,11 @@ class StudyRunner:
                 if launching and deadline is not None and time.monotonic() >= deadline:
                     launching = False
                     self.out(f"study.timeout_s={spec.study.timeout_s:g} reached: no new trials")
+                if launching and free_slots and self.launch_gate is not None:
+                    refused = self.launch_gate(self.study)
+                    if refused is not None:
+                        launching = False
+                        self.out(refused)
                 foreign = 0
                 while launching and free_slots:
                     budget = self.budget()

@@ -21,6 +21,7 @@ from dvt_hpo.hints import describe, did_you_mean
 from dvt_hpo.paths import format_path
 from dvt_hpo.spec import runnable
 from dvt_hpo.spec.batch import read_batch_size
+from dvt_hpo.spec.cluster import read_cluster
 from dvt_hpo.spec.command import check_command
 from dvt_hpo.spec.fields import Reader
 from dvt_hpo.spec.model import Condition, StudySpec
@@ -34,7 +35,16 @@ from dvt_hpo.storage import redact_url
 
 __all__ = ["SECTIONS", "load_spec", "spec_to_dict"]
 
-SECTIONS = ("study", "objective", "trials", "batch_size", "trainer", "search_space", "tracking")
+SECTIONS = (
+    "study",
+    "objective",
+    "trials",
+    "batch_size",
+    "trainer",
+    "search_space",
+    "tracking",
+    "cluster",
+)
 
 
 def load_spec(
@@ -94,6 +104,7 @@ def load_spec(
     batch_size = read_batch_size(reader, root, schema, trainer.config, dims)
     check_command(reader, trainer, dims, batch_size)
     tracking = read_tracking(reader, root)
+    cluster = read_cluster(reader, root, trials.runs_dir)
     check_algorithms(reader, study, dims)
     spec = StudySpec(
         path=absolute,
@@ -104,6 +115,7 @@ def load_spec(
         trainer=trainer,
         search_space=dims,
         tracking=tracking,
+        cluster=cluster,
         locations={format_path(k): (f, line) for k, (f, line) in doc.locs.items()},
     )
     if check_runnable:

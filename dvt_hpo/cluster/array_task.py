@@ -1,0 +1,85 @@
+"""What each array task of ``dvt-hpo submit`` runs: ``dvt-hpo run study.yaml --set ...``, one
+worker (orchestrator), in the task's own process.
+
+submitit pickles the function it runs; here that is :func:`run_worker` (by reference) and one
+JSON string (:class:`WorkerCommand`), so nothing but plain data crosses to the node. The task
+takes over the signals submitit set up for itself: SIGTERM (scancel, time limit, preemption)
+interrupts the worker, which stops its trials and records them interrupted with their retry
+copies within the cluster's KillWait, and SIGUSR2 (submitit's "time limit near", sent
+``signal_delay_s`` before it) is only noted: the time-limit gate has stopped new trials by
+then, and a requeue is Slurm's to do (``cluster.requeue``).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from dataclasses import asdict, dataclass
+from types import FrameType
+
+__all__ = ["WorkerCommand", "WorkerFailed", "run_worker", "worker_overrides"]
+
+
+@dataclass(frozen=True)
+class WorkerCommand:
+    study: str  # the study file, absolute
+    overrides: tuple[str, ...]  # the submit's --set, in order
+    gpus_per_worker: int
+    allow_space_change: bool = False
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> WorkerCommand:
+        data = json.loads(text)
+        data["overrides"] = tuple(data["overrides"])
+        return cls(**data)
+
+
+class WorkerFailed(RuntimeError):
+    """The worker ended with a non-zero exit code (the job is then FAILED in Slurm)."""
+
+
+def worker_overrides(command: WorkerCommand, visible_gpus: list[str]) -> list[str]:
+    """The worker's ``--set``s: the submit's, then ``trials.devices`` from what Slurm gave
+    the task: its GPUs (by index among the visible ones), or the CPU when it asked for none
+    (a node's GPUs that Slurm did not give this task are another job's)."""
+    sets = list(command.overrides)
+    if command.gpus_per_worker > 0:
+        sets.append(f"trials.devices={len(visible_gpus) or command.gpus_per_worker}")
+    else:
+        sets.append("trials.devices=cpu")
+    return sets
+
+
+def _note_time_limit(signum: int, frame: FrameType | None) -> None:
+    print(
+        "Slurm: the job's time limit is near (SIGUSR2); running trials go on until SIGTERM",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def run_worker(command_json: str) -> int:
+    """Run one worker of the study; raise :class:`WorkerFailed` on a non-zero exit."""
+    from dvt_hpo import cli
+    from dvt_hpo.devices import visible_gpus
+
+    command = WorkerCommand.from_json(command_json)
+    # submitit ignores SIGTERM in the task (it waits for its own USR2): a worker stopped before
+    # its loop started must stop too, so SIGTERM raises KeyboardInterrupt as Ctrl-C does; the
+    # study loop installs its own handler (which records the running trials) over this one.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signal.signal(signal.SIGUSR2, _note_time_limit)
+    argv = ["run", command.study]
+    for text in worker_overrides(command, visible_gpus()):
+        argv += ["--set", text]
+    if command.allow_space_change:
+        argv.append("--allow-space-change")
+    print(f"worker: dvt-hpo {' '.join(argv)}", flush=True)
+    code = cli.main(argv)
+    if code != 0:
+        raise WorkerFailed(f"dvt-hpo run exited with {code}")
+    return code
