@@ -237,7 +237,11 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
     from optuna.trial import TrialState
 
     running = storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
-    left = [t.number for t in running if t.user_attrs.get("slurm_array_job_id") in cancelled]
+    left = [
+        t.number
+        for t in running
+        if (t.user_attrs.get("slurm_array_job_id") or t.user_attrs.get("slurm_job_id")) in cancelled
+    ]
     print(
         f"cancelled job(s) {', '.join(cancelled)} of study {spec.study.name!r}; their "
         "interrupted trials run again at the next `dvt-hpo submit` or `dvt-hpo run`"

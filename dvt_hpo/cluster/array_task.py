@@ -27,6 +27,7 @@ class WorkerCommand:
     overrides: tuple[str, ...]  # the submit's --set, in order
     gpus_per_worker: int
     allow_space_change: bool = False
+    requeue: bool = False  # cluster.requeue: a preempted worker goes back to the queue
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -62,8 +63,29 @@ def _note_time_limit(signum: int, frame: FrameType | None) -> None:
     )
 
 
+def _requeue_if_preempted() -> None:
+    """Requeue this job when the SIGTERM was Slurm's preemption: the worker stopped cleanly
+    within the grace, so Slurm would record it COMPLETED and not requeue it itself."""
+    from dvt_hpo.cluster import slurm
+
+    job = slurm.SlurmJob.from_environ()
+    if job is None:
+        return
+    try:
+        if slurm.preempted(job.job_id):
+            slurm.requeue(job.job_id)
+            print(
+                f"preempted: job {job.name} requeued (cluster.requeue); its interrupted trials "
+                "run again when it restarts",
+                flush=True,
+            )
+    except slurm.SlurmError as exc:
+        print(f"preempted, but not requeued: {exc}", file=sys.stderr, flush=True)
+
+
 def run_worker(command_json: str) -> int:
-    """Run one worker of the study; raise :class:`WorkerFailed` on a non-zero exit."""
+    """Run one worker of the study; raise :class:`WorkerFailed` when it fails (exit 1 or 2),
+    so that Slurm reports the task FAILED."""
     from dvt_hpo import cli
     from dvt_hpo.devices import visible_gpus
 
@@ -80,6 +102,10 @@ def run_worker(command_json: str) -> int:
         argv.append("--allow-space-change")
     print(f"worker: dvt-hpo {' '.join(argv)}", flush=True)
     code = cli.main(argv)
-    if code != 0:
+    if code == cli.EXIT_INTERRUPTED and command.requeue:
+        _requeue_if_preempted()
+    # Stopped by Slurm (scancel, time limit, preemption): its state already says so, and the
+    # trials are recorded; a traceback in the log would only alarm.
+    if code not in (0, cli.EXIT_INTERRUPTED):
         raise WorkerFailed(f"dvt-hpo run exited with {code}")
     return code

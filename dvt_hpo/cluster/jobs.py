@@ -93,7 +93,11 @@ def study_workers(
     for job in jobs:
         names = [name for name in states if name.split("_")[0] == job.job_id]
         if not names:  # Slurm forgot it (MinJobAge passed, no accounting) or is not reachable
-            names = [f"{job.job_id}_{i}" for i in range(job.workers)]
+            names = (
+                [f"{job.job_id}_{i}" for i in range(job.workers)]
+                if job.workers > 1
+                else [job.job_id]
+            )
         for name in sorted(names, key=_task_order):
             task = states.get(name)
             workers.append(

@@ -27,6 +27,8 @@ __all__ = [
     "cancel",
     "kill_wait_s",
     "parse_duration_s",
+    "preempted",
+    "requeue",
     "task_states",
     "time_left_s",
 ]
@@ -178,6 +180,21 @@ def cancel(job_ids: Iterable[str]) -> None:
     ids = sorted(set(job_ids))
     if ids:
         _run(["scancel", *ids])
+
+
+def preempted(job_id: str) -> bool:
+    """Whether Slurm is preempting ``job_id`` now (``PreemptTime`` set, not cancelled nor
+    timed out): a worker that stops cleanly within the grace would otherwise end COMPLETED,
+    and Slurm requeues only jobs it has to kill."""
+    done = _run(["scontrol", "-o", "show", "job", job_id], check=False)
+    fields = dict(
+        part.split("=", 1) for part in done.stdout.split() if "=" in part and done.returncode == 0
+    )
+    state = fields.get("JobState", "")
+    return fields.get("PreemptTime", "None") not in ("None", "Unknown", "") and state not in (
+        "CANCELLED",
+        "TIMEOUT",
+    )
 
 
 def requeue(job_id: str) -> None:

@@ -24,7 +24,7 @@ from dvt_hpo.exceptions import DvtHpoError, SpecError
 from dvt_hpo.spec.model import ClusterSpec, StudySpec
 from dvt_hpo.storage_urls import redact_url, storage_kind
 
-__all__ = ["Submitted", "check_storage_fit", "submit_study", "submitted_lines"]
+__all__ = ["Submitted", "check_storage_fit", "sbatch_parameters", "submit_study", "submitted_lines"]
 
 # What a worker needs after Slurm's SIGTERM beyond trials.stop_grace_s: recording its trials.
 _RECORD_S = 10.0
@@ -58,7 +58,7 @@ def check_storage_fit(spec: StudySpec, cluster: ClusterSpec) -> None:
     )
 
 
-def _executor_parameters(spec: StudySpec, cluster: ClusterSpec) -> dict[str, Any]:
+def sbatch_parameters(spec: StudySpec, cluster: ClusterSpec) -> dict[str, Any]:
     params: dict[str, Any] = {
         "job_name": cluster.job_name or f"dvt-hpo-{spec.study.name}",
         "time": cluster.time_limit,
@@ -119,9 +119,13 @@ def submit_study(
     _, storage, study_id = open_study(spec, allow_space_change=allow_space_change, out=out)
     cluster.logs.mkdir(parents=True, exist_ok=True)
     executor = submitit.SlurmExecutor(folder=cluster.logs)
-    executor.update_parameters(**_executor_parameters(spec, cluster))
+    executor.update_parameters(**sbatch_parameters(spec, cluster))
     command = WorkerCommand(
-        str(spec.path), tuple(overrides), cluster.gpus_per_worker, allow_space_change
+        str(spec.path),
+        tuple(overrides),
+        cluster.gpus_per_worker,
+        allow_space_change,
+        requeue=cluster.requeue,
     )
     try:
         with executor.batch():
@@ -139,13 +143,18 @@ def submitted_lines(spec: StudySpec, submitted: Submitted, overrides: Sequence[s
     cluster = spec.cluster or ClusterSpec()
     study = shlex.quote(str(spec.path))
     sets = "".join(f" --set {shlex.quote(o)}" for o in overrides)
-    tasks = f"{submitted.job_id}_[0-{submitted.workers - 1}]"
+    tasks = (
+        f"array {submitted.job_id}_[0-{submitted.workers - 1}]"
+        if submitted.workers > 1
+        else "one job"
+    )
     hours, minutes = divmod(cluster.time_limit, 60)
     return [
         f"submitted job {submitted.job_id}: {submitted.workers} worker(s) of study "
         f"{spec.study.name!r} ({tasks}), time limit {hours}:{minutes:02d}:00 each, on "
         f"{redact_url(spec.study.storage)}",
-        f"logs: {submitted.logs}/{submitted.job_id}_<task>_0_log.out and .err "
+        f"logs: {submitted.logs}/{submitted.job_id}{'_<task>' if submitted.workers > 1 else ''}"
+        "_0_log.out and .err "
         f"(trial logs: {spec.trials.runs_dir}/<trial>/)",
         f"next: dvt-hpo status {study}{sets}    (trials and the workers' Slurm state)",
         f"      dvt-hpo dashboard {study}{sets}",
