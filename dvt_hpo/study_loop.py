@@ -120,6 +120,7 @@ class StudyRunner:
         self.config_key = ""
         self._reseeded = False
         self._awaited: tuple[int, ...] = ()
+        self.stop_signals: StopSignals | None = None  # while the loop runs
 
     def open_study(self) -> optuna.Study:
         # Before the storage is touched: a trial's folder that cannot be made would otherwise
@@ -310,7 +311,7 @@ class StudyRunner:
         )
         launching = True
         stop_message: str | None = None
-        stop_signals = StopSignals().install()
+        stop_signals = self.stop_signals = StopSignals().install()
         try:
             while True:
                 if launching and deadline is not None and time.monotonic() >= deadline:

@@ -5,9 +5,9 @@ submitit pickles the function it runs; here that is :func:`run_worker` (by refer
 JSON string (:class:`WorkerCommand`), so nothing but plain data crosses to the node. The task
 takes over the signals submitit set up for itself: SIGTERM (scancel, time limit, preemption)
 interrupts the worker, which stops its trials and records them interrupted with their retry
-copies within the cluster's KillWait, and SIGUSR2 (submitit's "time limit near", sent
-``signal_delay_s`` before it) is only noted: the time-limit gate has stopped new trials by
-then, and a requeue is Slurm's to do (``cluster.requeue``).
+copies within the cluster's KillWait. (submitit's own "time limit near" signal is replaced by
+one every process ignores: see :mod:`dvt_hpo.cluster.submit`.) A worker preempted with
+``cluster.requeue`` requeues itself.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import json
 import signal
 import sys
 from dataclasses import asdict, dataclass
-from types import FrameType
 
 __all__ = ["WorkerCommand", "WorkerFailed", "run_worker", "worker_overrides"]
 
@@ -55,14 +54,6 @@ def worker_overrides(command: WorkerCommand, visible_gpus: list[str]) -> list[st
     return sets
 
 
-def _note_time_limit(signum: int, frame: FrameType | None) -> None:
-    print(
-        "Slurm: the job's time limit is near (SIGUSR2); running trials go on until SIGTERM",
-        file=sys.stderr,
-        flush=True,
-    )
-
-
 def _requeue_if_preempted() -> None:
     """Requeue this job when the SIGTERM was Slurm's preemption: the worker stopped cleanly
     within the grace, so Slurm would record it COMPLETED and not requeue it itself."""
@@ -94,7 +85,6 @@ def run_worker(command_json: str) -> int:
     # its loop started must stop too, so SIGTERM raises KeyboardInterrupt as Ctrl-C does; the
     # study loop installs its own handler (which records the running trials) over this one.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    signal.signal(signal.SIGUSR2, _note_time_limit)
     argv = ["run", command.study]
     for text in worker_overrides(command, visible_gpus()):
         argv += ["--set", text]

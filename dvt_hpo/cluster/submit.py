@@ -28,6 +28,11 @@ __all__ = ["Submitted", "check_storage_fit", "sbatch_parameters", "submit_study"
 
 # What a worker needs after Slurm's SIGTERM beyond trials.stop_grace_s: recording its trials.
 _RECORD_S = 10.0
+# submitit always asks Slurm for a signal before the time limit (USR2 by default). Slurm sends
+# it to every process of the job, and USR2 kills a trial process that has no handler for it; the
+# worker needs no warning (it checks the time left itself), so the signal is one that every
+# process ignores unless it asks for it.
+_WARNING_SIGNAL = "URG@60"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +72,7 @@ def sbatch_parameters(spec: StudySpec, cluster: ClusterSpec) -> dict[str, Any]:
             **cluster.sbatch,
             # Preempted (or `scontrol requeue`d) workers go back to the queue only when asked.
             ("requeue" if cluster.requeue else "no-requeue"): True,
+            "signal": _WARNING_SIGNAL,
         },
     }
     if cluster.partition is not None:

@@ -66,6 +66,8 @@ def test_the_sbatch_script_holds_the_cluster_section(tmp_path: Path) -> None:
         "#SBATCH --exclusive",
         "#SBATCH --no-requeue",
         "#SBATCH --job-name=dvt-hpo-s",
+        # Not submitit's USR2, which Slurm sends to the trial processes too and kills them.
+        "#SBATCH --signal=URG@60",
         "module load cuda",
     }
     assert expected <= lines, script
