@@ -5,8 +5,14 @@ inserts the study: two processes doing either at the same instant on a fresh dat
 (``table studies already exists``, duplicate version rows). Workers started together take this
 lock, so the first creates and the others find everything in place:
 
-- PostgreSQL: a session-level ``pg_advisory_lock`` in the database itself, which works across
-  machines and is released by the server if the holder dies;
+- PostgreSQL: a transaction-level advisory lock (``pg_try_advisory_xact_lock``) in the
+  database itself, held by one open transaction on a connection of its own: it works across
+  machines, is released by the server if the holder dies, and stays correct behind PgBouncer
+  in transaction pooling (a session-level lock would stay on a pooled server connection).
+  Waiting is polling with backoff and jitter, not a blocking wait that a ``lock_timeout``
+  cancels: a hundred workers started at once wait their turn without an error, and each
+  wait first asks ``ready()`` (the study exists already), so that a worker that finds the
+  study stops waiting and loads it without the lock;
 - SQLite and journal files: ``fcntl.flock`` on the folder that holds the file. Locking the
   folder rather than a lock file beside the database writes nothing (a failed open leaves no
   stray file) and is released by the kernel when the holder dies. ``flock`` is local to one
@@ -22,9 +28,11 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import random
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from dvt_hpo.storage_urls import journal_path, sqlite_path, storage_kind
 
@@ -36,12 +44,25 @@ ADVISORY_KEY = int.from_bytes(hashlib.sha256(b"dvt-hpo:create").digest()[:8], "b
 # How long a worker waits for another one to finish creating the schema and the study.
 LOCK_TIMEOUT_S = 120
 _CREATION_RACE_TRIES = 5
+# Backoff between two tries of the PostgreSQL lock: from the first to the last pause (seconds),
+# each one drawn in [pause/2, pause] so that workers started together do not retry together.
+_FIRST_POLL_S = 0.05
+_MAX_POLL_S = 1.0
 _RACE_WORDS = ("already exists", "duplicate", "unique constraint")
 
 
+class LockTimeout(Exception):
+    """The creation lock stayed taken for ``timeout_s``."""
+
+
 @contextlib.contextmanager
-def creation_lock(url: str, *, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
-    """Hold the creation lock of the database at ``url`` (see the module docstring).
+def creation_lock(
+    url: str, *, timeout_s: float = LOCK_TIMEOUT_S, ready: Callable[[Any], bool] | None = None
+) -> Iterator[bool]:
+    """Hold the creation lock of the database at ``url`` (see the module docstring); yields
+    True, or False when ``ready(connection)`` (a SQLAlchemy connection to the database) turned
+    true while waiting for a PostgreSQL lock (nothing
+    left to create: the caller loads what exists, without the lock).
 
     Connection failures on the way propagate as the driver raises them; the caller turns them
     into one line with :func:`dvt_hpo.storage_errors.storage_error`.
@@ -50,15 +71,15 @@ def creation_lock(url: str, *, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[No
     if kind in ("sqlite", "journal"):
         path = sqlite_path(url) or journal_path(url)
         if path is None:  # sqlite in memory: one process only
-            yield
+            yield True
             return
         with folder_lock(path.parent):
-            yield
+            yield True
     elif kind == "postgresql":
-        with _advisory_lock(url, timeout_s):
-            yield
+        with _advisory_lock(url, timeout_s, ready) as held:
+            yield held
     else:
-        yield
+        yield True
 
 
 @contextlib.contextmanager
@@ -74,27 +95,52 @@ def folder_lock(folder: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _advisory_lock(url: str, timeout_s: float) -> Iterator[None]:
+def _advisory_lock(
+    url: str, timeout_s: float, ready: Callable[[Any], bool] | None
+) -> Iterator[bool]:
     import sqlalchemy
     from sqlalchemy.pool import NullPool
 
-    engine = sqlalchemy.create_engine(url, poolclass=NullPool, connect_args={"connect_timeout": 10})
+    engine = sqlalchemy.create_engine(url, poolclass=NullPool, connect_args=lock_connect_args(url))
     try:
         with engine.connect() as conn:
-            # lock_timeout bounds the wait for the advisory lock too; SET takes no parameters.
-            conn.execute(sqlalchemy.text(f"SET lock_timeout = {int(timeout_s * 1000)}"))
-            conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": ADVISORY_KEY})
-            conn.commit()  # a session-level lock outlives the transaction; end it
+            end = time.monotonic() + timeout_s
+            pause = _FIRST_POLL_S
+            while True:
+                # A transaction-level lock: held until this connection's transaction ends.
+                got = conn.execute(
+                    sqlalchemy.text("SELECT pg_try_advisory_xact_lock(:key)"), {"key": ADVISORY_KEY}
+                ).scalar()
+                if got:
+                    break
+                conn.rollback()  # no transaction (nor server connection) held while waiting
+                if ready is not None and ready(conn):
+                    yield False
+                    return
+                if time.monotonic() >= end:
+                    raise LockTimeout(
+                        f"the creation lock of the database stayed taken for {timeout_s:g} s"
+                    )
+                time.sleep(random.uniform(pause / 2, pause))
+                pause = min(pause * 2, _MAX_POLL_S)
             try:
-                yield
+                yield True
             finally:
                 with contextlib.suppress(Exception):  # a lost connection released it already
-                    conn.execute(
-                        sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), {"key": ADVISORY_KEY}
-                    )
-                    conn.commit()
+                    conn.rollback()
     finally:
         engine.dispose()
+
+
+def lock_connect_args(url: str) -> dict[str, object]:
+    """Driver arguments for PostgreSQL connections: a connect timeout, and no server-side
+    prepared statements with psycopg 3 (PgBouncer in transaction pooling cannot keep them)."""
+    import sqlalchemy
+
+    args: dict[str, object] = {"connect_timeout": 10}
+    if sqlalchemy.engine.make_url(url).get_driver_name() == "psycopg":
+        args["prepare_threshold"] = None
+    return args
 
 
 def is_creation_race(exc: BaseException) -> bool:
