@@ -224,34 +224,10 @@ def _cmd_submit(args: argparse.Namespace) -> int:
 
 
 def _cmd_cancel(args: argparse.Namespace) -> int:
-    from dvt_hpo.cluster.jobs import cancel_study_jobs
+    from dvt_hpo.cluster.jobs import cancel_study
     from dvt_hpo.spec import load_spec
-    from dvt_hpo.study_reader import open_existing_storage
 
-    spec = load_spec(args.study, args.overrides)
-    storage, study_id = open_existing_storage(spec)
-    cancelled = cancel_study_jobs(storage, study_id, out=print)
-    if not cancelled:
-        print(f"study {spec.study.name!r}: no Slurm job of it is queued or running")
-        return EXIT_OK
-    from optuna.trial import TrialState
-
-    running = storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
-    left = [
-        t.number
-        for t in running
-        if (t.user_attrs.get("slurm_array_job_id") or t.user_attrs.get("slurm_job_id")) in cancelled
-    ]
-    print(
-        f"cancelled job(s) {', '.join(cancelled)} of study {spec.study.name!r}; their "
-        "interrupted trials run again at the next `dvt-hpo submit` or `dvt-hpo run`"
-    )
-    if left:
-        print(
-            f"trial(s) {', '.join(map(str, left))} still RUNNING: their worker was killed "
-            "before it recorded them; the next run retries them once their heartbeat is older "
-            f"than study.grace_period_s={spec.study.grace_period_s} s"
-        )
+    cancel_study(load_spec(args.study, args.overrides), out=print)
     return EXIT_OK
 
 

@@ -14,12 +14,16 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.cluster import slurm
 
+if TYPE_CHECKING:
+    from dvt_hpo.spec import StudySpec
+
 __all__ = [
     "JOBS_ATTR",
+    "cancel_study",
     "RecordedJob",
     "WorkerState",
     "cancel_study_jobs",
@@ -172,3 +176,34 @@ def cancel_study_jobs(
             "`dvt-hpo status` shows when they end"
         )
     return active
+
+
+def cancel_study(spec: StudySpec, *, out: Callable[[str], None]) -> list[str]:
+    """``dvt-hpo cancel``: cancel the study's jobs, wait for their workers, say which trials
+    run again and which are left RUNNING (a worker killed before it recorded them)."""
+    from optuna.trial import TrialState
+
+    from dvt_hpo.study_reader import open_existing_storage
+
+    storage, study_id = open_existing_storage(spec)
+    cancelled = cancel_study_jobs(storage, study_id, out=out)
+    if not cancelled:
+        out(f"study {spec.study.name!r}: no Slurm job of it is queued or running")
+        return []
+    running = storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
+    left = [
+        t.number
+        for t in running
+        if (t.user_attrs.get("slurm_array_job_id") or t.user_attrs.get("slurm_job_id")) in cancelled
+    ]
+    out(
+        f"cancelled job(s) {', '.join(cancelled)} of study {spec.study.name!r}; their "
+        "interrupted trials run again at the next `dvt-hpo submit` or `dvt-hpo run`"
+    )
+    if left:
+        out(
+            f"trial(s) {', '.join(map(str, left))} still RUNNING: their worker was killed "
+            "before it recorded them; the next run retries them once their heartbeat is older "
+            f"than study.grace_period_s={spec.study.grace_period_s} s"
+        )
+    return cancelled
