@@ -41,6 +41,10 @@ def study_doc(name: str, url: str, n_trials: int) -> dict:
             "n_trials": n_trials,
             "sampler": {"kind": "random", "seed": 0},
             "pruner": "none",
+            # N Python processes on a few cores fall far behind 10 s heartbeats: longer ones
+            # keep live trials from being taken for dead (and retried) by the other workers.
+            "heartbeat_interval_s": 30,
+            "grace_period_s": 600,
         },
         "objective": {"metric": "score", "direction": "maximize"},
         "trials": {"warm": False, "keep_logs": "none"},

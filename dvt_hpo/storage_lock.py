@@ -41,8 +41,11 @@ T = TypeVar("T")
 # One fixed 64-bit key in the database's advisory-lock space, derived from a name so that it
 # does not collide with an application's small integer keys.
 ADVISORY_KEY = int.from_bytes(hashlib.sha256(b"dvt-hpo:create").digest()[:8], "big", signed=True)
-# How long a worker waits for another one to finish creating the schema and the study.
-LOCK_TIMEOUT_S = 120
+# How long a worker waits for another one to finish creating the schema and the study. A
+# holder that died releases the lock at once (its connection or process ends), so the wait
+# only bounds a live holder that makes no progress; 128 workers started together on 2 cores
+# took 6 minutes to create and load (benchmarks/many_workers.py).
+LOCK_TIMEOUT_S = 900
 _CREATION_RACE_TRIES = 5
 # Backoff between two tries of the PostgreSQL lock: from the first to the last pause (seconds),
 # each one drawn in [pause/2, pause] so that workers started together do not retry together.
