@@ -106,31 +106,37 @@ def _advisory_lock(
 
     engine = sqlalchemy.create_engine(url, poolclass=NullPool, connect_args=lock_connect_args(url))
     try:
-        with engine.connect() as conn:
-            end = time.monotonic() + timeout_s
-            pause = _FIRST_POLL_S
-            while True:
+        end = time.monotonic() + timeout_s
+        pause = _FIRST_POLL_S
+        while True:
+            # A waiter holds no connection between its tries: a hundred workers waiting must
+            # leave the server's connections to the one that creates.
+            conn = engine.connect()
+            try:
                 # A transaction-level lock: held until this connection's transaction ends.
                 got = conn.execute(
                     sqlalchemy.text("SELECT pg_try_advisory_xact_lock(:key)"), {"key": ADVISORY_KEY}
                 ).scalar()
                 if got:
-                    break
-                conn.rollback()  # no transaction (nor server connection) held while waiting
-                if ready is not None and ready(conn):
-                    yield False
+                    try:
+                        yield True
+                    finally:
+                        with contextlib.suppress(Exception):  # a lost connection released it
+                            conn.rollback()
                     return
-                if time.monotonic() >= end:
-                    raise LockTimeout(
-                        f"the creation lock of the database stayed taken for {timeout_s:g} s"
-                    )
-                time.sleep(random.uniform(pause / 2, pause))
-                pause = min(pause * 2, _MAX_POLL_S)
-            try:
-                yield True
+                conn.rollback()
+                created = ready is not None and ready(conn)
             finally:
-                with contextlib.suppress(Exception):  # a lost connection released it already
-                    conn.rollback()
+                conn.close()
+            if created:
+                yield False
+                return
+            if time.monotonic() >= end:
+                raise LockTimeout(
+                    f"the creation lock of the database stayed taken for {timeout_s:g} s"
+                )
+            time.sleep(random.uniform(pause / 2, pause))
+            pause = min(pause * 2, _MAX_POLL_S)
     finally:
         engine.dispose()
 
