@@ -308,8 +308,13 @@ def create_or_load_study(
     """
     import optuna
 
+    # The storages an attempt opened: closed when it fails, so that a worker waiting for a
+    # full server holds none of its connections.
+    opened: list[Any] = []
+
     def create() -> optuna.Study:
         storage = _open(url, heartbeat)
+        opened.append(storage)
         with _quiet_experimental():
             study = optuna.create_study(
                 storage=storage,
@@ -328,6 +333,7 @@ def create_or_load_study(
     def load() -> optuna.Study:
         # The schema and the study exist and their creator's init ran: no lock needed.
         storage = _rdb_storage(url, heartbeat, skip_table_creation=True)
+        opened.append(storage)
         with _quiet_experimental():
             study = optuna.load_study(
                 study_name=name, storage=storage, sampler=sampler, pruner=pruner
@@ -361,8 +367,12 @@ def create_or_load_study(
             # started by the hundred end up queued here), as for a lock.
             if not is_server_full(exc) or time.monotonic() >= deadline:
                 raise storage_error(exc, url, source=source) from None
-            time.sleep(random.uniform(pause / 2, pause))
-            pause = min(pause * 2, 4.0)
+        for storage in opened:
+            with contextlib.suppress(Exception):
+                storage.engine.dispose()
+        opened.clear()
+        time.sleep(random.uniform(pause / 2, pause))
+        pause = min(pause * 2, 4.0)
 
 
 # Marks a PostgreSQL study whose creation (schema, study, init) is complete, so later workers
