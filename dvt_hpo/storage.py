@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import gc
 import inspect
 import random
 import sqlite3
@@ -371,6 +372,9 @@ def create_or_load_study(
             with contextlib.suppress(Exception):
                 storage.engine.dispose()
         opened.clear()
+        # A storage whose constructor failed is reachable only from the exception's frames, a
+        # reference cycle: collect it now, closing its connections, not at some later GC.
+        gc.collect()
         time.sleep(random.uniform(pause / 2, pause))
         pause = min(pause * 2, 4.0)
 
