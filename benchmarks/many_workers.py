@@ -8,6 +8,7 @@ started at the same instant on one study of no-op trials (``benchmarks/noop_entr
 connections are sampled every 50 ms from ``pg_stat_activity``.
 
     python benchmarks/many_workers.py [--workers 48,128] [--pgbouncer] [--pool 20]
+        [--max-connections 100]
 
 Heavy: N Python processes at once (about 60 MB each).
 """
@@ -139,9 +140,10 @@ def main() -> None:
     parser.add_argument("--workers", default="48,128", help="orchestrator counts, comma-separated")
     parser.add_argument("--pgbouncer", action="store_true", help="also through PgBouncer")
     parser.add_argument("--pool", type=int, default=20, help="PgBouncer's server connections")
+    parser.add_argument("--max-connections", type=int, default=100, help="the server's")
     args = parser.parse_args()
     server = PostgresCluster.create()
-    server.start(max_connections=100)
+    server.start(max_connections=args.max_connections)
     try:
         engine = admin_engine(server.url)
         with engine.connect() as conn:
