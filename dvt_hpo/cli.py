@@ -79,6 +79,31 @@ def build_parser() -> argparse.ArgumentParser:
         help="run each failed trial's params once more (counted within study.n_trials)",
     )
 
+    submit = sub.add_parser(
+        "submit", help="run the study's workers as a Slurm job array (section cluster)"
+    )
+    submit.add_argument("study", type=Path, help="the study file")
+    _add_overrides(submit)
+    submit.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="array tasks, each one worker (default: cluster.workers)",
+    )
+    submit.add_argument(
+        "--allow-space-change",
+        action="store_true",
+        help="as for run: accept a search space that differs from the stored study's",
+    )
+
+    cancel = sub.add_parser(
+        "cancel",
+        help="cancel the study's Slurm jobs; their running trials are retried by the next run",
+    )
+    cancel.add_argument("study", type=Path)
+    _add_overrides(cancel)
+
     validate = sub.add_parser("validate", help="check a study.yaml without running anything")
     validate.add_argument("study", type=Path)
     _add_overrides(validate)
@@ -182,6 +207,35 @@ def _cmd_run(args: argparse.Namespace) -> int:
     StudyRunner(
         spec, allow_space_change=args.allow_space_change, retry_failed=args.retry_failed
     ).run()
+    return EXIT_OK
+
+
+def _cmd_submit(args: argparse.Namespace) -> int:
+    from dvt_hpo.cluster.submit import submit_study, submitted_lines
+    from dvt_hpo.store.compat import check_stored_study
+    from dvt_hpo.study.preflight import load_runnable
+    from dvt_hpo.studyfile import load_spec
+
+    spec = load_spec(args.study, args.overrides)
+    gpus = spec.cluster.gpus_per_worker if spec.cluster is not None else 0
+    # What run checks beyond the file, here rather than in every worker's log; the GPUs are
+    # the nodes', not this login node's.
+    if not gpus:
+        load_runnable(args.study, [*args.overrides, "trials.devices=cpu"])
+    check_stored_study(spec, allow_space_change=args.allow_space_change)
+    submitted = submit_study(
+        spec, args.overrides, workers=args.workers, allow_space_change=args.allow_space_change
+    )
+    for line in submitted_lines(spec, submitted, args.overrides):
+        print(line)
+    return EXIT_OK
+
+
+def _cmd_cancel(args: argparse.Namespace) -> int:
+    from dvt_hpo.cluster.jobs import cancel_study
+    from dvt_hpo.studyfile import load_spec
+
+    cancel_study(load_spec(args.study, args.overrides), out=print)
     return EXIT_OK
 
 
@@ -367,6 +421,8 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
 
 _COMMANDS = {
     "run": _cmd_run,
+    "submit": _cmd_submit,
+    "cancel": _cmd_cancel,
     "validate": _cmd_validate,
     "best": _cmd_best,
     "train": _cmd_train,

@@ -34,9 +34,9 @@ def compose() -> dict[str, Any]:
     return yaml.safe_load((DOCKER / "compose.yaml").read_text())
 
 
-def test_compose_has_the_four_services_and_the_workers_scale(compose: dict[str, Any]) -> None:
+def test_compose_has_the_five_services_and_the_workers_scale(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    assert set(services) == {"postgres", "worker", "dashboard", "mlflow"}
+    assert set(services) == {"postgres", "pgbouncer", "worker", "dashboard", "mlflow"}
     worker = services["worker"]
     assert "container_name" not in worker  # a fixed name would forbid --scale worker=N
     assert worker["deploy"]["replicas"] == "${WORKERS:-2}"
@@ -52,10 +52,10 @@ def test_workers_and_dashboard_use_the_image_the_storage_url_and_the_study(
     assert worker["build"]["dockerfile"] == "docker/Dockerfile"
     assert worker["command"] == COMMAND
     assert "$$DB_URL" in " ".join(dashboard["command"])  # read inside the container
-    for service in (worker, dashboard):
+    for service, host in ((worker, "pgbouncer:6432"), (dashboard, "postgres:5432")):
         url = service["environment"]["DB_URL"]
         assert url.startswith("postgresql://${POSTGRES_USER:-hpo}:${POSTGRES_PASSWORD:?")
-        assert url.endswith("@postgres:5432/${POSTGRES_DB:-hpo}")
+        assert url.endswith(f"@{host}/${{POSTGRES_DB:-hpo}}")
     assert worker["environment"]["MLFLOW_TRACKING_URI"] == "http://mlflow:5000"
     assert "${STUDY_DIR:-./study}:/study" in worker["volumes"]
     assert (DOCKER / "study" / "study.yaml").is_file()
@@ -96,6 +96,23 @@ def _strings(node: Any) -> list[str]:
     if isinstance(node, list):
         return [s for item in node for s in _strings(item)]
     return [node] if isinstance(node, str) else []
+
+
+def test_pgbouncer_is_debian_s_in_transaction_pooling_in_front_of_postgres(
+    compose: dict[str, Any],
+) -> None:
+    service = compose["services"]["pgbouncer"]
+    assert service["build"]["dockerfile"] == "docker/pgbouncer/Dockerfile"
+    assert service["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert service["environment"]["POSTGRES_PASSWORD"].startswith("${POSTGRES_PASSWORD:?")
+    dockerfile = (DOCKER / "pgbouncer" / "Dockerfile").read_text()
+    assert "FROM debian:" in dockerfile and "apt-get install" in dockerfile
+    assert re.search(r"^USER (?!root)\w+", dockerfile, flags=re.M)
+    assert "PASSWORD" not in dockerfile
+    entrypoint = (DOCKER / "pgbouncer" / "entrypoint.sh").read_text()
+    assert "pool_mode = transaction" in entrypoint
+    assert "host=${DB_HOST:-postgres}" in entrypoint
+    assert compose["services"]["worker"]["depends_on"]["pgbouncer"]
 
 
 def test_dockerfile_installs_what_pyproject_declares() -> None:

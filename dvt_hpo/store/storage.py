@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import gc
 import inspect
+import random
 import sqlite3
+import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -30,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.exceptions import DvtHpoError, StudyNotFoundError
 from dvt_hpo.store.errors import storage_error
-from dvt_hpo.store.lock import creation_lock, retry_creation_race
+from dvt_hpo.store.lock import creation_lock, lock_connect_args, retry_creation_race
 from dvt_hpo.store.redact import redact_text, redact_url
 from dvt_hpo.store.urls import (
     expand_env,
@@ -211,10 +214,15 @@ def _engine_kwargs(url: str) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
         # Server connections die when a database restarts or a proxy idles them out: check
         # each one before use so that the pool reconnects instead of failing the next call.
-        "pool_pre_ping": True
+        "pool_pre_ping": True,
+        # One connection kept per worker; the few more its threads need at the same instant
+        # (heartbeats, trials recording) are opened and closed again. A hundred workers then
+        # hold about a hundred connections, not three hundred (the server's max_connections
+        # is often 100; see the README's "Many workers on one PostgreSQL").
+        "pool_size": 1,
     }
     if kind == "postgresql":
-        kwargs["connect_args"] = {"connect_timeout": _CONNECT_TIMEOUT_S}
+        kwargs["connect_args"] = lock_connect_args(url)
     return kwargs
 
 
@@ -303,8 +311,13 @@ def create_or_load_study(
     """
     import optuna
 
+    # The storages an attempt opened: closed when it fails, so that a worker waiting for a
+    # full server holds none of its connections.
+    opened: list[Any] = []
+
     def create() -> optuna.Study:
         storage = _open(url, heartbeat)
+        opened.append(storage)
         with _quiet_experimental():
             study = optuna.create_study(
                 storage=storage,
@@ -316,17 +329,103 @@ def create_or_load_study(
             )
         if init is not None:
             init(study)
+        if storage_kind(url) == "postgresql":
+            storage.set_study_system_attr(study._study_id, CREATED_ATTR, True)
         return study
 
+    def load() -> optuna.Study:
+        # The schema and the study exist and their creator's init ran: no lock needed.
+        storage = _rdb_storage(url, heartbeat, skip_table_creation=True)
+        opened.append(storage)
+        with _quiet_experimental():
+            study = optuna.load_study(
+                study_name=name, storage=storage, sampler=sampler, pruner=pruner
+            )
+        if init is not None:
+            init(study)
+        return study
+
+    def ready(conn: Any) -> bool:
+        return _study_created(conn, name)
+
+    deadline = time.monotonic() + _FULL_SERVER_RETRY_S
+    pause = 0.1
+    while True:
+        try:
+            if storage_kind(url) == "postgresql":
+                if _study_created_at(url, name):
+                    return load()
+                with creation_lock(url, ready=ready) as held:
+                    if held:
+                        return create()
+                return load()
+            with creation_lock(url):
+                if storage_kind(url) in ("sqlite", "journal"):
+                    return create()
+                return retry_creation_race(create)
+        except DvtHpoError:
+            raise
+        except Exception as exc:
+            # A server at max_connections refuses new ones until some close: wait (workers
+            # started by the hundred end up queued here), as for a lock.
+            if not is_server_full(exc) or time.monotonic() >= deadline:
+                raise storage_error(exc, url, source=source) from None
+        for storage in opened:
+            with contextlib.suppress(Exception):
+                storage.engine.dispose()
+        opened.clear()
+        # A storage whose constructor failed is reachable only from the exception's frames, a
+        # reference cycle: collect it now, closing its connections, not at some later GC.
+        gc.collect()
+        time.sleep(random.uniform(pause / 2, pause))
+        pause = min(pause * 2, 4.0)
+
+
+# Marks a PostgreSQL study whose creation (schema, study, init) is complete, so later workers
+# load it without the creation lock.
+CREATED_ATTR = "dvt_hpo:created"
+# How long opening a study waits for a server that refuses connections (max_connections).
+_FULL_SERVER_RETRY_S = 600.0
+_FULL_SERVER_WORDS = ("too many clients", "remaining connection slots are reserved")
+
+
+def is_server_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is the server refusing a connection because it has max_connections."""
+    current: BaseException | None = exc
+    while current is not None:
+        if any(w in str(current).lower() for w in _FULL_SERVER_WORDS):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _study_created(conn: Any, name: str) -> bool:
+    """Whether study ``name`` exists with its creation complete (``CREATED_ATTR``)."""
+    import sqlalchemy
+
+    if not sqlalchemy.inspect(conn).has_table("study_system_attributes"):
+        return False
+    row = conn.execute(
+        sqlalchemy.text(
+            "SELECT 1 FROM studies s JOIN study_system_attributes a ON a.study_id = s.study_id "
+            "WHERE s.study_name = :name AND a.key = :key"
+        ),
+        {"name": name, "key": CREATED_ATTR},
+    ).first()
+    conn.rollback()
+    return row is not None
+
+
+def _study_created_at(url: str, name: str) -> bool:
+    import sqlalchemy
+    from sqlalchemy.pool import NullPool
+
+    engine = sqlalchemy.create_engine(url, poolclass=NullPool, connect_args=lock_connect_args(url))
     try:
-        with creation_lock(url):
-            if storage_kind(url) in ("sqlite", "journal", "postgresql"):
-                return create()
-            return retry_creation_race(create)
-    except DvtHpoError:
-        raise
-    except Exception as exc:
-        raise storage_error(exc, url, source=source) from None
+        with engine.connect() as conn:
+            return _study_created(conn, name)
+    finally:
+        engine.dispose()
 
 
 def open_existing(
@@ -383,6 +482,7 @@ def _require_schema(url: str) -> None:
 
     kwargs = _engine_kwargs(url)
     kwargs.pop("pool_pre_ping", None)
+    kwargs.pop("pool_size", None)
     engine = sqlalchemy.create_engine(url, poolclass=NullPool, **kwargs)
     try:
         with engine.connect() as conn:

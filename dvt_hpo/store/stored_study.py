@@ -17,6 +17,7 @@ from typing import Any
 
 from dvt_hpo.exceptions import DvtHpoError
 from dvt_hpo.store.errors import storage_error
+from dvt_hpo.store.lock import lock_connect_args
 from dvt_hpo.store.urls import journal_path, sqlite_path, storage_kind
 
 __all__ = ["StoredStudy", "read_stored_study"]
@@ -119,8 +120,8 @@ def _rdb(url: str, kind: str) -> Any:
         given = sqlalchemy.engine.make_url(url).query.get("options", "")
         given = " ".join(given) if isinstance(given, tuple) else given
         engine_kwargs["connect_args"] = {
+            **lock_connect_args(url),
             "options": f"{given} -c default_transaction_read_only=on".strip(),
-            "connect_timeout": 10,
         }
     engine = sqlalchemy.create_engine(url, **engine_kwargs)
     try:

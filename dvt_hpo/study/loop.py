@@ -33,14 +33,13 @@ from dvt_hpo.store.errors import OutageRetry
 from dvt_hpo.store.redact import redact_url
 from dvt_hpo.study import kill_points, plateau, recovery, space, stop_rules
 from dvt_hpo.study import messages as run_messages
-from dvt_hpo.study.constraints import feasible
 from dvt_hpo.study.events import (
     StudyEnded,
     StudyObserver,
     StudyStarted,
     TrialStarted,
 )
-from dvt_hpo.study.front import select_best, study_ended
+from dvt_hpo.study.front import study_ended
 from dvt_hpo.study.handle import StudyHandle
 from dvt_hpo.study.observers import Observers, study_observers
 from dvt_hpo.study.outcome import TrialOutcome
@@ -81,6 +80,7 @@ class StudyRunner:
         retry_failed: bool = False,
         out: Callable[[str], None] | None = None,
         observers: Sequence[StudyObserver] = (),
+        launch_gate: Callable[[optuna.Study], str | None] | None = None,
     ) -> None:
         self.spec = spec
         self.allow_space_change = allow_space_change
@@ -91,6 +91,12 @@ class StudyRunner:
         self.out = out or (lambda line: print(line, flush=True))
         self._extra_observers = list(observers)
         self.observers = Observers(self._extra_observers, self.out)
+        # None while new trials may start, else why not (a Slurm job's time limit near).
+        if launch_gate is None:
+            from dvt_hpo.cluster.time_limit import gate_for_environment
+
+            launch_gate = gate_for_environment(spec)
+        self.launch_gate = launch_gate
         self._prints_trial_lines = True
         self.study_lock = threading.RLock()
         # Storage calls retried through database outages, each outage said once.
@@ -130,6 +136,7 @@ class StudyRunner:
         self._reseeded = False
         self._awaited: tuple[int, ...] = ()
         self._plateau: plateau.PlateauWatch | None = None  # study.plateau, from the loop's start
+        self.stop_signals: StopSignals | None = None  # while the loop runs
 
     def open_study(self) -> optuna.Study:
         # Before the storage is touched: a trial's folder that cannot be made would otherwise
@@ -335,22 +342,21 @@ class StudyRunner:
         )
         launching = True
         stop_message: str | None = None
-        rule = spec.study.plateau
-        if rule is not None:
+        if spec.study.plateau is not None:
             with self.study_lock:
-                best = select_best(self.study.get_trials(deepcopy=False), spec.objective.directions)
-            self._plateau = plateau.PlateauWatch(
-                rule.trials,
-                rule.min_delta,
-                spec.objective.direction,
-                best.trials[0].value if best.trials else None,
-            )
-        stop_signals = StopSignals().install()
+                done = self.study.get_trials(deepcopy=False)
+            self._plateau = plateau.PlateauWatch.for_study(spec, done)
+        stop_signals = self.stop_signals = StopSignals().install()
         try:
             while True:
                 if launching and deadline is not None and time.monotonic() >= deadline:
                     launching = False
                     self.out(f"study.timeout_s={spec.study.timeout_s:g} reached: no new trials")
+                if launching and free_slots and self.launch_gate is not None:
+                    refused = self.launch_gate(self.study)
+                    if refused is not None:
+                        launching = False
+                        self.out(refused)
                 foreign = 0
                 while launching and free_slots:
                     budget = self.budget()
@@ -409,12 +415,9 @@ class StudyRunner:
 
     def _plateau_reached(self, outcome: TrialOutcome) -> bool:
         """Whether ``study.plateau`` stops launching after ``outcome`` (said once, here)."""
-        if self._plateau is None or outcome.state not in ("COMPLETE", "PRUNED"):
+        if self._plateau is None:
             return False
-        value = outcome.value if outcome.state == "COMPLETE" else None
-        if value is not None and outcome.constraints and not feasible(outcome.constraints):
-            value = None
-        message = self._plateau.finished(value)
+        message = self._plateau.trial_finished(outcome.state, outcome.value, outcome.constraints)
         if message is None:
             return False
         self.out(message)
@@ -552,17 +555,7 @@ class StudyRunner:
         self.observers.study_ended(event)
 
     def print_summary(self) -> None:
-        trials = self.study.get_trials(deepcopy=False)
-        best = select_best(trials, self.spec.objective.directions)
-        for line in run_messages.summary_lines(
-            trials,
-            best,
-            self.spec.objective.names,
-            self.spec.path,
-            study_name=self.spec.study.name,
-            constraints=[c.metric for c in self.spec.objective.constraints],
-            overrides=self.spec.overrides,
-        ):
+        for line in run_messages.run_summary(self.spec, self.study.get_trials(deepcopy=False)):
             self.out(line)
 
 

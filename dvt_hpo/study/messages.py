@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from dvt_hpo.study.events import TrialFinished
     from dvt_hpo.study.front import Best
     from dvt_hpo.studyfile import ObjectiveSpec
+    from dvt_hpo.studyfile.model import StudySpec
 
 
 def objective_text(objective: ObjectiveSpec) -> str:
@@ -152,6 +153,21 @@ def trial_line(event: TrialFinished, metric: str | Sequence[str]) -> str:
     return (
         f"trial {event.number:>3} {event.state:<8} {value:<18} "
         f"{event.duration_s:6.1f}s  {fmt_params(event.params)}{extra}{reason}"
+    )
+
+
+def run_summary(spec: StudySpec, trials: Sequence[optuna.trial.FrozenTrial]) -> list[str]:
+    """:func:`summary_lines` of a run of ``spec``."""
+    from dvt_hpo.study.front import select_best
+
+    return summary_lines(
+        trials,
+        select_best(trials, spec.objective.directions),
+        spec.objective.names,
+        spec.path,
+        study_name=spec.study.name,
+        constraints=[c.metric for c in spec.objective.constraints],
+        overrides=spec.overrides,
     )
 
 

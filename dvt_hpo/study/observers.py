@@ -82,7 +82,7 @@ def study_observers(
 ) -> tuple[ProgressObserver | None, list[BaseObserver]]:
     """``(progress, observers)``: ``observers`` holds ``progress`` first (unless ``progress``
     is false), then MLflow when ``tracking.mlflow`` is set (its ``tracking_uri`` already
-    expanded by the spec). Raises ``DvtHpoError`` naming the extra to install when MLflow is
+    expanded by the spec), then the Slurm ids recorder inside a Slurm job. Raises ``DvtHpoError`` naming the extra to install when MLflow is
     asked for and missing."""
     view = ProgressObserver(stream, live=live, report_every_s=report_every_s) if progress else None
     observers: list[BaseObserver] = [view] if view is not None else []
@@ -100,6 +100,14 @@ def study_observers(
                 warn=view.out if view is not None else out,
             )
         )
+    from dvt_hpo.cluster.slurm import SlurmJob
+
+    job = SlurmJob.from_environ()
+    if job is not None:
+        # A worker in a Slurm job: each trial records the job, array job and task.
+        from dvt_hpo.cluster.observer import SlurmObserver
+
+        observers.append(SlurmObserver(job))
     return view, observers
 
 

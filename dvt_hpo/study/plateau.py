@@ -11,7 +11,12 @@ it again. Failed and interrupted trials tell nothing about the objective and are
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+from dvt_hpo.study.constraints import feasible
+
+if TYPE_CHECKING:
+    from dvt_hpo.studyfile.model import StudySpec
 
 __all__ = ["PlateauWatch", "plateau_message", "plateau_reached"]
 
@@ -78,6 +83,18 @@ class PlateauWatch:
         self.prior_best = prior_best
         self.values: list[float | None] = []
 
+    @classmethod
+    def for_study(cls, spec: StudySpec, trials: Sequence[Any]) -> PlateauWatch:
+        """The watch of a run of ``spec`` (``study.plateau`` set) on a study holding ``trials``:
+        its baseline is the study's best feasible value before the run."""
+        from dvt_hpo.study.front import select_best
+
+        rule = spec.study.plateau
+        assert rule is not None
+        best = select_best(trials, spec.objective.directions)
+        prior = best.trials[0].value if best.trials else None
+        return cls(rule.trials, rule.min_delta, spec.objective.direction, prior)
+
     def finished(self, value: float | None) -> str | None:
         """Record a finished trial (``None``: pruned or infeasible); the message that stops the
         run when the plateau is reached, else ``None``."""
@@ -89,3 +106,14 @@ class PlateauWatch:
         return plateau_message(
             self.trials, self.min_delta, _best(self.values, self.prior_best, self.direction)
         )
+
+    def trial_finished(
+        self, state: str, value: float | None, constraints: Sequence[float] = ()
+    ) -> str | None:
+        """:meth:`finished` for a trial the run recorded: complete and pruned ones count (a
+        pruned or infeasible one as ``None``), failed ones tell nothing and do not."""
+        if state not in ("COMPLETE", "PRUNED"):
+            return None
+        if state != "COMPLETE" or (constraints and not feasible(constraints)):
+            value = None
+        return self.finished(value)

@@ -33,6 +33,10 @@ class StopSignals:
 
     def __init__(self) -> None:
         self.received: signal.Signals | None = None
+        # Set with ``received``, for other threads: a trial's thread that saw its process die
+        # of a signal waits on it briefly (see TrialRun), as a Slurm job's stop signals the
+        # trials and their worker at the same instant.
+        self.event = threading.Event()
         self._previous: dict[int, object] = {}
 
     def install(self) -> StopSignals:
@@ -49,6 +53,7 @@ class StopSignals:
         for stop_signal in STOP_SIGNALS:
             signal.signal(stop_signal, signal.SIG_IGN)
         self.received = signal.Signals(signum)
+        self.event.set()
         raise KeyboardInterrupt
 
     def check(self) -> None:

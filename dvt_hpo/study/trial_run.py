@@ -51,6 +51,9 @@ if TYPE_CHECKING:
 MAX_HISTORY_POINTS = 1000
 _STDERR_TAIL_LINES = 50
 _ATTR_TEXT_CHARS = 8000
+# How long a trial that died of a signal waits for its worker's own stop signal (see
+# TrialRun._stopped_with_worker); only crashed trials pay it.
+_STOP_SIGNAL_WAIT_S = 2.0
 
 
 def history_attr(
@@ -300,6 +303,16 @@ class TrialRun:
         self.process.wait(None)
         self.stop_event.set()
 
+    def _stopped_with_worker(self, returncode: int | None) -> bool:
+        """A trial process that died of a signal while its worker is being stopped was
+        interrupted too: a Slurm job's end (time limit, preemption, scancel) signals every
+        process of the job, so the trial (or the warm template it dies with) may end a moment
+        before the worker's own handler flags the interrupt. Waits briefly for that flag."""
+        signals = getattr(self.loop, "stop_signals", None)
+        if self.timed_out or signals is None or returncode is None or 0 <= returncode < 128:
+            return False
+        return signals.event.wait(_STOP_SIGNAL_WAIT_S)
+
     def _conclude(self, returncode: int | None) -> TrialOutcome:
         spec = self.spec
         try:
@@ -318,7 +331,7 @@ class TrialRun:
             returncode,
             Flags(
                 self.pruned_step,
-                self.interrupted,
+                self.interrupted or self._stopped_with_worker(returncode),
                 self.timed_out,
                 self.protocol_error,
                 self.diverged,

@@ -7,7 +7,8 @@ only); everything that needs optuna or yaml loads on first use, so ``import dvt_
 Layout: ``model`` (the dataclasses), ``source`` (YAML with line numbers, ``--set`` overrides),
 ``fields`` (the field readers and error placement), ``study`` (study, storage, tracking),
 ``objective`` (metric, direction rule), ``trials`` (trials, devices, memory), ``search`` (search
-space and ``when``), ``batch`` (batch size), ``trainer`` (trainer config and schema), ``load``
+space and ``when``), ``batch`` (batch size), ``cluster`` (``dvt-hpo submit``'s scheduler),
+``trainer`` (trainer config and schema), ``load``
 (:func:`load_spec`) and ``runnable`` (what run and validate check beyond the file).
 """
 
@@ -19,6 +20,7 @@ from dvt_hpo.studyfile.model import (
     BUILTIN_ENTRYPOINT,
     COMMAND_ENTRYPOINT,
     BatchSizeSpec,
+    ClusterSpec,
     Condition,
     ConstraintSpec,
     Dimension,
@@ -63,6 +65,7 @@ __all__ = [
     "COMMAND_ENTRYPOINT",
     "OVERRIDE_SOURCE",
     "BatchSizeSpec",
+    "ClusterSpec",
     "Condition",
     "ConstraintSpec",
     "Dimension",

@@ -21,6 +21,7 @@ from dvt_hpo.config.source import Doc, apply_override, parse_override, read_yaml
 from dvt_hpo.exceptions import SpecError
 from dvt_hpo.store.redact import redact_url
 from dvt_hpo.studyfile.batch import read_batch_size
+from dvt_hpo.studyfile.cluster import read_cluster
 from dvt_hpo.studyfile.command import check_command
 from dvt_hpo.studyfile.defaults import derive_budget_settings
 from dvt_hpo.studyfile.fields import Reader
@@ -33,7 +34,16 @@ from dvt_hpo.studyfile.trials import check_packing, read_trials
 
 __all__ = ["SECTIONS", "load_spec", "read_study_file", "spec_to_dict"]
 
-SECTIONS = ("study", "objective", "trials", "batch_size", "trainer", "search_space", "tracking")
+SECTIONS = (
+    "study",
+    "objective",
+    "trials",
+    "batch_size",
+    "trainer",
+    "search_space",
+    "tracking",
+    "cluster",
+)
 
 
 def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> StudySpec:
@@ -100,6 +110,7 @@ def read_study_file(path: str | Path, overrides: Sequence[str] = ()) -> tuple[Do
     check_command(reader, trainer, dims, batch_size)
     tracking = read_tracking(reader, root)
     study = derive_budget_settings(study, trainer.config, dims)
+    cluster = read_cluster(reader, root, trials.runs_dir)
     check_algorithms(reader, study, dims)
     spec = StudySpec(
         path=absolute,
@@ -110,6 +121,7 @@ def read_study_file(path: str | Path, overrides: Sequence[str] = ()) -> tuple[Do
         trainer=trainer,
         search_space=dims,
         tracking=tracking,
+        cluster=cluster,
         locations={format_path(k): (f, line) for k, (f, line) in doc.locs.items()},
         overrides=tuple(overrides),
     )

@@ -21,6 +21,7 @@ __all__ = [
     "BUILTIN_ENTRYPOINT",
     "COMMAND_ENTRYPOINT",
     "BatchSizeSpec",
+    "ClusterSpec",
     "Condition",
     "ConstraintSpec",
     "Dimension",
@@ -207,6 +208,26 @@ class TrackingSpec:
 
 
 @dataclass(frozen=True)
+class ClusterSpec:
+    """Section ``cluster``: how ``dvt-hpo submit`` starts the study's workers on a scheduler."""
+
+    kind: Literal["slurm"] = rule("slurm")
+    workers: int = rule(1, ge=1)  # array tasks, each one ``dvt-hpo run`` (an orchestrator)
+    partition: str | None = rule(None, what="a partition name")
+    time_limit: int = domain(60)  # minutes (written as minutes or Slurm's "D-HH:MM:SS")
+    cpus_per_worker: int | None = rule(None, ge=1)  # None: Slurm's default
+    gpus_per_worker: int = rule(0, ge=0)  # they become the worker's trials.devices
+    memory_per_worker: int | None = domain(None)  # bytes (from "16GiB"); None: Slurm's default
+    sbatch: dict[str, Any] = domain(default_factory=dict)  # more sbatch options (account, qos)
+    setup: tuple[str, ...] = domain(())  # shell lines run before the worker
+    requeue: bool = rule(False)  # a preempted worker goes back to the queue
+    logs: Path = domain(Path("runs/slurm"))  # resolved; default <trials.runs_dir>/slurm
+    job_name: str | None = rule(None, what="a job name")  # default dvt-hpo-<study name>
+    # SQLite or journal files on a cluster: refused for several workers unless set.
+    allow_file_storage: bool = rule(False)
+
+
+@dataclass(frozen=True)
 class StudySpec:
     path: Path  # the study file (absolute)
     study: StudySection
@@ -216,6 +237,7 @@ class StudySpec:
     trainer: TrainerSpec
     search_space: tuple[Dimension, ...]
     tracking: TrackingSpec = field(default_factory=TrackingSpec)
+    cluster: ClusterSpec | None = None  # None: no ``cluster`` section
     # Where each field was written: {"objective.metric": (file, line)}, so a check that runs
     # after loading (the stored study's comparison) can still name the line.
     locations: dict[str, tuple[str, int | None]] = field(

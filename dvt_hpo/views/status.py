@@ -42,6 +42,7 @@ class RunningTrial:
     # Every objective's latest report, in ``StudyStatus.metrics`` order; ``None`` for one not
     # reported yet. With several objectives none of them leads, so ``value`` alone misleads.
     values: list[float | None] = field(default_factory=list)
+    worker: str | None = None  # the Slurm array task that runs it ("123_4"), if any
 
 
 @dataclass(frozen=True)
@@ -278,6 +279,7 @@ def read_status(
                 value,
                 dict(t.params),
                 values,
+                t.user_attrs.get("slurm_worker"),
             )
         )
     running.sort(key=lambda r: r.number)
@@ -374,8 +376,11 @@ def format_status(status: StudyStatus) -> str:
                 reports = " ".join(f"{n}={_fmt(v)}" for n, v in zip(names, r.values, strict=False))
             else:
                 reports = f"{r.metric}={_fmt(r.value)}"
+            host = r.host or "?"
+            if r.worker:
+                host += f" (job {r.worker})"
             lines.append(
-                f"  trial {r.number:>4}  {_fmt_elapsed(r.elapsed_s)}  {r.host or '?'}  "
+                f"  trial {r.number:>4}  {_fmt_elapsed(r.elapsed_s)}  {host}  "
                 f"epoch {step}  {reports}  {fmt_params(r.params)}"
             )
     if status.pruned:
@@ -391,10 +396,22 @@ def format_status(status: StudyStatus) -> str:
 
 
 def show_status(spec: StudySpec, *, as_json: bool = False) -> str:
+    from dvt_hpo.cluster.jobs import format_workers, study_workers
     from dvt_hpo.store.reader import open_existing_storage
 
-    status = read_status(*open_existing_storage(spec), spec)
-    return status.to_json() if as_json else format_status(status)
+    storage, study_id = open_existing_storage(spec)
+    status = read_status(storage, study_id, spec)
+    # The workers of the study's Slurm jobs (none unless `dvt-hpo submit` ran).
+    by_worker: dict[str, list[int]] = {}
+    for r in status.running:
+        if r.worker:
+            by_worker.setdefault(r.worker, []).append(r.number)
+    workers = study_workers(storage, study_id, by_worker)
+    if as_json:
+        data = json.loads(status.to_json())
+        data["workers"] = [asdict(w) for w in workers]
+        return json.dumps(data, indent=1, allow_nan=True)
+    return "\n".join([format_status(status), *format_workers(workers)])
 
 
 __all__ = [

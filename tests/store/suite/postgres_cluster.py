@@ -105,8 +105,10 @@ class PostgresCluster:
             command = ["runuser", "-u", "postgres", "--", *command]
         subprocess.run(command, check=True, capture_output=True, text=True, cwd=self.folder)
 
-    def start(self) -> None:
+    def start(self, **settings: object) -> None:
+        """Start the server; ``settings`` are more server settings (``max_connections=100``)."""
         options = f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 -c fsync=off"
+        options += "".join(f" -c {key}={value}" for key, value in settings.items())
         self._run(
             "pg_ctl",
             "-D",

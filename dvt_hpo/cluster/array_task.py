@@ -1,0 +1,105 @@
+"""What each array task of ``dvt-hpo submit`` runs: ``dvt-hpo run study.yaml --set ...``, one
+worker (orchestrator), in the task's own process.
+
+submitit pickles the function it runs; here that is :func:`run_worker` (by reference) and one
+JSON string (:class:`WorkerCommand`), so nothing but plain data crosses to the node. The task
+takes over the signals submitit set up for itself: SIGTERM (scancel, time limit, preemption)
+interrupts the worker, which stops its trials and records them interrupted with their retry
+copies within the cluster's KillWait. (submitit's own "time limit near" signal is replaced by
+one every process ignores: see :mod:`dvt_hpo.cluster.submit`.) A worker preempted with
+``cluster.requeue`` requeues itself.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from dataclasses import asdict, dataclass
+
+__all__ = ["WorkerCommand", "WorkerFailed", "run_worker", "worker_overrides"]
+
+
+@dataclass(frozen=True)
+class WorkerCommand:
+    study: str  # the study file, absolute
+    overrides: tuple[str, ...]  # the submit's --set, in order
+    gpus_per_worker: int
+    allow_space_change: bool = False
+    requeue: bool = False  # cluster.requeue: a preempted worker goes back to the queue
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> WorkerCommand:
+        data = json.loads(text)
+        data["overrides"] = tuple(data["overrides"])
+        return cls(**data)
+
+
+class WorkerFailed(RuntimeError):
+    """The worker ended with a non-zero exit code (the job is then FAILED in Slurm)."""
+
+
+def worker_overrides(command: WorkerCommand, visible_gpus: list[str]) -> list[str]:
+    """The worker's ``--set``s: the submit's, then ``trials.devices`` from what Slurm gave
+    the task: its GPUs (by index among the visible ones), or the CPU when it asked for none
+    (a node's GPUs that Slurm did not give this task are another job's)."""
+    sets = list(command.overrides)
+    if command.gpus_per_worker > 0:
+        sets.append(f"trials.devices={len(visible_gpus) or command.gpus_per_worker}")
+    else:
+        sets.append("trials.devices=cpu")
+    return sets
+
+
+def _requeue_if_preempted() -> None:
+    """Requeue this job when the SIGTERM was Slurm's preemption: the worker stopped cleanly
+    within the grace, so Slurm would record it COMPLETED and not requeue it itself."""
+    from dvt_hpo.cluster import slurm
+
+    job = slurm.SlurmJob.from_environ()
+    if job is None:
+        return
+    try:
+        if slurm.preempted(job.job_id):
+            slurm.requeue(job.job_id)
+            print(
+                f"preempted: job {job.name} requeued (cluster.requeue); its interrupted trials "
+                "run again when it restarts",
+                flush=True,
+            )
+    except slurm.SlurmError as exc:
+        print(f"preempted, but not requeued: {exc}", file=sys.stderr, flush=True)
+
+
+def run_worker(command_json: str) -> int:
+    """Run one worker of the study, a plain ``dvt-hpo run`` process; raise
+    :class:`WorkerFailed` when it fails (exit 1 or 2), so that Slurm reports the task FAILED."""
+    import subprocess
+
+    from dvt_hpo.process.devices import visible_gpus
+    from dvt_hpo.study.loop import EXIT_INTERRUPTED
+
+    command = WorkerCommand.from_json(command_json)
+    argv = ["run", command.study]
+    for text in worker_overrides(command, visible_gpus()):
+        argv += ["--set", text]
+    if command.allow_space_change:
+        argv.append("--allow-space-change")
+    print(f"worker: dvt-hpo {' '.join(argv)}", flush=True)
+    # Slurm signals every process of the job (scancel, time limit, preemption): the worker
+    # gets its own SIGTERM and records its trials; this task only waits for it. A Python
+    # handler, unlike SIG_IGN, is not inherited by the worker.
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    code = subprocess.call([sys.executable, "-m", "dvt_hpo", *argv])
+    if code == -signal.SIGTERM:  # stopped before its run installed its own handler
+        code = EXIT_INTERRUPTED
+    if code == EXIT_INTERRUPTED and command.requeue:
+        _requeue_if_preempted()
+    # Stopped by Slurm (scancel, time limit, preemption): its state already says so, and the
+    # trials are recorded; a traceback in the log would only alarm.
+    if code not in (0, EXIT_INTERRUPTED):
+        raise WorkerFailed(f"dvt-hpo run exited with {code}")
+    return code

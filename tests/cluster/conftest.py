@@ -1,0 +1,120 @@
+"""The real Slurm cluster of the tests (``tests/cluster/slurm_up.sh`` starts one on this
+machine) and helpers to submit a study to it and wait for its jobs."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import toy_study
+
+SLURM_UP = Path(__file__).resolve().parent / "slurm_up.sh"
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> int:
+    """The node's CPU count once the cluster answers; skips without Slurm (fails instead
+    under DVT_HPO_REQUIRE_SLURM=1, as in CI)."""
+    import shutil
+
+    why = None
+    if shutil.which("sinfo") is None:
+        why = "Slurm is not installed (apt-get install slurm-wlm munge; tests/cluster/slurm_up.sh)"
+    else:
+        done = subprocess.run(
+            ["sinfo", "-h", "-o", "%T %c"], capture_output=True, text=True, timeout=30
+        )
+        state = done.stdout.split()
+        if done.returncode != 0 or not state or not state[0].startswith(("idle", "mix", "alloc")):
+            why = f"no Slurm node up ({' '.join((done.stderr or done.stdout).split())[:200]}); run {SLURM_UP}"
+    if why is not None:
+        if os.environ.get("DVT_HPO_REQUIRE_SLURM") == "1":
+            pytest.fail(why + " (DVT_HPO_REQUIRE_SLURM=1)")
+        pytest.skip(why)
+    return int(state[1].rstrip("+"))
+
+
+def cluster_study(name: str, storage: str, **sections: Any) -> dict[str, Any]:
+    """A toy study on PostgreSQL for Slurm workers (one CPU and 512 MiB each)."""
+    doc = toy_study(name, **sections)
+    doc["study"]["storage"] = storage
+    doc.setdefault("cluster", {})
+    doc["cluster"] = {"time_limit": 5, "cpus_per_worker": 1, "memory_per_worker": "512MiB"} | (
+        doc["cluster"]
+    )
+    return doc
+
+
+def dvt(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dvt_hpo", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+    )
+
+
+def submit(path: Path, *args: str) -> str:
+    """``dvt-hpo submit``; the job id it printed."""
+    done = dvt("submit", str(path), *args, cwd=path.parent)
+    assert done.returncode == 0, done.stdout + done.stderr
+    match = re.search(r"^submitted job (\d+):", done.stdout, re.MULTILINE)
+    assert match is not None, done.stdout
+    return match[1]
+
+
+def job_states(job_id: str) -> dict[str, str]:
+    """``{task: state}`` of every task of ``job_id``."""
+    done = subprocess.run(
+        ["squeue", "-h", "-r", "--states=all", "-j", job_id, "-o", "%i %T"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    return dict(line.split() for line in done.stdout.splitlines() if line.strip())
+
+
+def scontrol_job(job_id: str) -> dict[str, str]:
+    done = subprocess.run(
+        ["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True, timeout=30
+    )
+    return dict(p.split("=", 1) for p in done.stdout.split() if "=" in p)
+
+
+_ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "SUSPENDED"}
+
+
+def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    """Poll ``predicate`` (Slurm and the database have no event to await from here) until it
+    returns something true; fail naming ``what`` after ``timeout_s``."""
+    end = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > end:
+            pytest.fail(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(0.5)
+
+
+def wait_job_done(job_id: str, timeout_s: float) -> dict[str, str]:
+    def done() -> dict[str, str] | None:
+        states = job_states(job_id)
+        return states if states and not (set(states.values()) & _ACTIVE) else None
+
+    return wait_until(done, timeout_s, f"Slurm job {job_id} to end")
+
+
+def write_yaml(path: Path, doc: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
