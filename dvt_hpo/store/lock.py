@@ -147,7 +147,6 @@ def folder_lock(folder: Path, *, timeout_s: float | None = None) -> Iterator[Non
 
 
 @contextlib.contextmanager
-@contextlib.contextmanager
 def _advisory_lock(
     url: str,
     timeout_s: float,
