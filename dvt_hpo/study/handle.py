@@ -53,6 +53,7 @@ class StudyHandle:
     child_env: Mapping[str, str]
     finished: Callable[[TrialOutcome], None]
     fail_attempt: Callable[[int], bool]  # FAIL one of our attempts and have its copy enqueued
+    worker_stopped: threading.Event  # set when the worker is told to stop (Ctrl-C, SIGTERM)
 
 
 __all__ = ["Retrying", "StudyHandle"]

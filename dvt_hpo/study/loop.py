@@ -137,6 +137,8 @@ class StudyRunner:
         self._awaited: tuple[int, ...] = ()
         self._plateau: plateau.PlateauWatch | None = None  # study.plateau, from the loop's start
         self.stop_signals: StopSignals | None = None  # while the loop runs
+        # Set when this worker is told to stop (Ctrl-C, SIGTERM): its trials' threads read it.
+        self.worker_stopped = threading.Event()
 
     def open_study(self) -> optuna.Study:
         # Before the storage is touched: a trial's folder that cannot be made would otherwise
@@ -167,6 +169,7 @@ class StudyRunner:
             child_env=self.child_env,
             finished=self.events.put,
             fail_attempt=self.fail_attempt,
+            worker_stopped=self.worker_stopped,
         )
         self.ledger = recovery.Ledger(
             self.study, self.storage, self.study_id, max_retries=self.spec.trials.max_retries
@@ -346,7 +349,7 @@ class StudyRunner:
             with self.study_lock:
                 done = self.study.get_trials(deepcopy=False)
             self._plateau = plateau.PlateauWatch.for_study(spec, done)
-        stop_signals = self.stop_signals = StopSignals().install()
+        stop_signals = self.stop_signals = StopSignals(self.worker_stopped).install()
         try:
             while True:
                 if launching and deadline is not None and time.monotonic() >= deadline:

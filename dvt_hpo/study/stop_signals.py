@@ -31,12 +31,12 @@ CHECK_INTERVAL_S = 1.0
 class StopSignals:
     """The handlers, from :meth:`install` (main thread only) to :meth:`restore`."""
 
-    def __init__(self) -> None:
+    def __init__(self, event: threading.Event | None = None) -> None:
         self.received: signal.Signals | None = None
         # Set with ``received``, for other threads: a trial's thread that saw its process die
         # of a signal waits on it briefly (see TrialRun), as a Slurm job's stop signals the
         # trials and their worker at the same instant.
-        self.event = threading.Event()
+        self.event = event if event is not None else threading.Event()
         self._previous: dict[int, object] = {}
 
     def install(self) -> StopSignals:

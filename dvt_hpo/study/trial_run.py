@@ -308,10 +308,9 @@ class TrialRun:
         interrupted too: a Slurm job's end (time limit, preemption, scancel) signals every
         process of the job, so the trial (or the warm template it dies with) may end a moment
         before the worker's own handler flags the interrupt. Waits briefly for that flag."""
-        signals = getattr(self.loop, "stop_signals", None)
-        if self.timed_out or signals is None or returncode is None or 0 <= returncode < 128:
+        if self.timed_out or returncode is None or 0 <= returncode < 128:
             return False
-        return signals.event.wait(_STOP_SIGNAL_WAIT_S)
+        return self.study.worker_stopped.wait(_STOP_SIGNAL_WAIT_S)
 
     def _conclude(self, returncode: int | None) -> TrialOutcome:
         spec = self.spec
