@@ -493,3 +493,18 @@ def test_a_payload_rerun_by_hand_from_another_folder_finds_the_trainer_and_keeps
     (rerun,) = trial_dir.glob("rerun-*.json")
     assert json.loads(rerun.read_text())["metrics"] == {"score": 0.75}
     assert str(rerun) in proc.stderr
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("module", ["dvt_hpo.trial", "dvt_hpo.worker"])
+def test_the_trial_process_runs_under_its_name_and_its_kept_name(module: str) -> None:
+    """``python -m dvt_hpo.trial`` runs a trial; ``python -m dvt_hpo.worker`` (its name before
+    the house plan, which the README taught for reruns by hand) runs the same main."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", module], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == EXIT_BAD_PAYLOAD
+    assert "usage: python -m dvt_hpo.trial PAYLOAD.json" in done.stderr
