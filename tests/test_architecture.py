@@ -156,7 +156,18 @@ def test_no_module_is_longer_than_a_reader_holds() -> None:
 
 def test_the_orchestrator_side_never_imports_torch() -> None:
     """Statically: no module of the orchestrator's packages names torch in an import."""
-    orchestrator = ("config", "studyfile", "study", "store", "wire", "process", "views", "command")
+    orchestrator = (
+        "config",
+        "studyfile",
+        "study",
+        "store",
+        "wire",
+        "process",
+        "views",
+        "command",
+        "cluster",
+        "tracking",
+    )
     offenders = []
     for package in orchestrator:
         for path in (PACKAGE / package).rglob("*.py"):
