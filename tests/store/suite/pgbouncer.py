@@ -53,6 +53,10 @@ def pgbouncer(server_url: str, *, pool_size: int = 5, max_clients: int = 1000) -
         "min_pool_size = 0\n"
         "reserve_pool_size = 0\n"
         f"max_client_conn = {max_clients}\n"
+        # Workers outnumber server connections by design: a client queues until one frees
+        # (PgBouncer's default gives up after 120 s, which a loaded CI machine can exceed while
+        # the creating worker holds the creation lock's transaction).
+        "query_wait_timeout = 0\n"
         # libpq startup options (a read-only session) are not pooled: PgBouncer drops them.
         "ignore_startup_parameters = extra_float_digits,options\n"
         f"logfile = {folder / 'pgbouncer.log'}\n"
