@@ -231,7 +231,15 @@ def _rdb_storage(
 ) -> optuna.storages.RDBStorage:
     import optuna
 
-    kwargs: dict[str, Any] = {"engine_kwargs": _engine_kwargs(url), **extra}
+    check = not extra.pop("skip_compatibility_check", False)
+    # Optuna's own check keeps a session open while it opens a second connection: behind a
+    # PgBouncer pool of N server connections, N workers loading at the same instant each hold
+    # one and wait for another, forever. ``check_schema`` compares on one connection at a time.
+    kwargs: dict[str, Any] = {
+        "engine_kwargs": _engine_kwargs(url),
+        "skip_compatibility_check": True,
+        **extra,
+    }
     if heartbeat is not None:
         kwargs["heartbeat_interval"] = heartbeat.interval_s
         kwargs["grace_period"] = heartbeat.grace_period_s
@@ -243,7 +251,31 @@ def _rdb_storage(
         )
         kwargs[callback_kw] = retry_callback(heartbeat.max_retries)
     with _quiet_experimental():
-        return optuna.storages.RDBStorage(url, **kwargs)
+        storage = optuna.storages.RDBStorage(url, **kwargs)
+    if check:
+        check_schema(storage)
+    return storage
+
+
+def check_schema(storage: optuna.storages.RDBStorage) -> None:
+    """Refuse a database whose Optuna schema is not this Optuna's, as Optuna's
+    ``skip_compatibility_check=False`` does, but holding at most one connection at a time."""
+    import optuna
+
+    current = storage.get_current_version()
+    head = storage.get_head_version()
+    if current == head:
+        return
+    if current in storage.get_all_versions():
+        raise RuntimeError(
+            f"the database's Optuna schema is {current}, older than this Optuna "
+            f"({optuna.__version__}, schema {head}): upgrade it once with "
+            "`optuna storage upgrade --storage <url>`"
+        )
+    raise RuntimeError(
+        f"the database's Optuna schema {current} was written by a newer Optuna than this one "
+        f"({optuna.__version__}): upgrade optuna where dvt-hpo runs"
+    )
 
 
 def _journal_storage(path: Path) -> optuna.storages.BaseStorage:
@@ -456,7 +488,7 @@ def open_existing(
             storage: optuna.storages.BaseStorage = _journal_storage(path)
         else:
             _require_schema(url)
-            storage = _rdb_storage(url, heartbeat, skip_compatibility_check=False)
+            storage = _rdb_storage(url, heartbeat)
         with _quiet_experimental():
             return optuna.load_study(study_name=name, storage=storage)
     except KeyError:

@@ -338,3 +338,23 @@ def test_a_missing_mysql_driver_names_the_mysql_extra(url: str, expected: str) -
         check_storage_driver(url)
     assert expected in str(info.value) and "postgres" not in str(info.value)
     assert "pw" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("revision", "expected"),
+    [
+        ("v3.0.0.a", "older than this Optuna .* `optuna storage upgrade --storage <url>`"),
+        ("v99.0.0", "written by a newer Optuna than this one"),
+    ],
+)
+def test_a_database_of_another_optuna_schema_is_refused(
+    tmp_path: Path, revision: str, expected: str
+) -> None:
+    url = f"sqlite:///{tmp_path / 'o.db'}"
+    create_or_load_study(url, "s", ["maximize"])
+    with sqlite3.connect(tmp_path / "o.db") as conn:
+        conn.execute("UPDATE alembic_version SET version_num = ?", (revision,))
+    with pytest.raises(StorageError, match=expected):
+        create_or_load_study(url, "s", ["maximize"])
+    with pytest.raises(StorageError, match=expected):
+        open_existing(url, "s")

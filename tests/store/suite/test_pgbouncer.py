@@ -13,6 +13,7 @@ import pytest
 import sqlalchemy
 import yaml
 
+from dvt_hpo.store.storage import create_or_load_study
 from tests.conftest import toy_study
 from tests.store.suite.conftest import _create_database, _drop_database
 from tests.store.suite.pgbouncer import pgbouncer
@@ -63,5 +64,32 @@ def test_workers_through_pgbouncer_finish_the_budget_on_a_few_server_connections
             assert states.count(optuna.trial.TrialState.COMPLETE) == 12, out
             assert optuna.trial.TrialState.RUNNING not in states
             assert 0 < peak <= POOL, f"{peak} server connections for {WORKERS} workers"
+    finally:
+        _drop_database(database)
+
+
+@pytest.mark.processes
+def test_a_worker_loads_a_study_on_one_server_connection_at_a_time(
+    postgres_url: str, unique_name: str
+) -> None:
+    # Loading must never hold one server connection while it waits for another: behind a pool
+    # of N, N workers loading at the same instant would each hold one and wait forever (Optuna's
+    # own schema check does, and hung a CI run of the test above).
+    database = _create_database(postgres_url)
+    try:
+        create_or_load_study(database, unique_name, ["maximize"])
+        with pgbouncer(database, pool_size=1) as url:
+            code = (
+                "import sys; from dvt_hpo.store.storage import create_or_load_study as c; "
+                "print(len(c(sys.argv[1], sys.argv[2], ['maximize']).trials))"
+            )
+            loaded = subprocess.run(
+                [sys.executable, "-c", code, url, unique_name],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert loaded.returncode == 0, loaded.stderr
+            assert loaded.stdout.strip() == "0"
     finally:
         _drop_database(database)
