@@ -18,6 +18,7 @@ from typing import Any
 from dvt_hpo.exceptions import DvtHpoError
 from dvt_hpo.store.errors import storage_error
 from dvt_hpo.store.lock import lock_connect_args
+from dvt_hpo.store.queries import count_trials
 from dvt_hpo.store.urls import journal_path, sqlite_path, storage_kind
 
 __all__ = ["StoredStudy", "read_stored_study"]
@@ -45,7 +46,7 @@ class StoredStudy:
             name=study.study_name,
             direction=directions[0],
             user_attrs=dict(study.user_attrs),
-            n_trials=len(study.get_trials(deepcopy=False)),
+            n_trials=count_trials(study._storage, study._study_id),
             directions=directions,
             # Study.system_attrs is deprecated; the storage's is not.
             system_attrs=dict(study._storage.get_study_system_attrs(study._study_id)),
@@ -88,7 +89,7 @@ def _read(storage: Any, name: str) -> StoredStudy | None:
         name=name,
         direction=directions[0],
         user_attrs=dict(storage.get_study_user_attrs(study_id)),
-        n_trials=storage.get_n_trials(study_id),
+        n_trials=count_trials(storage, study_id),
         directions=directions,
         system_attrs=dict(storage.get_study_system_attrs(study_id)),
     )

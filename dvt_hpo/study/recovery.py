@@ -32,13 +32,20 @@ import contextlib
 import logging
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dvt_hpo.store.queries import trial_marks
 from dvt_hpo.store.storage import retry_callback, supports_heartbeat
 from dvt_hpo.study import kill_points, stale
-from dvt_hpo.study.budget import OVER_BUDGET_ATTR, Attempt, uncounted, uncounted_attempts
+from dvt_hpo.study.budget import (
+    OVER_BUDGET_ATTR,
+    RETRY_HISTORY_ATTR,
+    Attempt,
+    uncounted,
+    uncounted_attempts,
+)
 
 if TYPE_CHECKING:
     import optuna
@@ -50,6 +57,8 @@ HEARTBEAT_ATTR = stale.HEARTBEAT_ATTR  # journal storages: the trial's last hear
 # Set on an attempt, to its own number, before it is failed for a retry. The number (not True)
 # because Optuna's retry callback copies system attrs onto the copy: a copy never matches.
 RETRY_ATTR = "dvt_hpo:retry"
+# The system attributes the ledger reads of every trial.
+_LEDGER_ATTRS = (OVER_BUDGET_ATTR, RETRY_ATTR, RETRY_HISTORY_ATTR)
 _log = logging.getLogger(__name__)
 
 
@@ -268,8 +277,11 @@ class Ledger:
         self._superseded_by: dict[int, int] = {}  # FAIL number -> first copy that retries it
 
     def refresh(self) -> None:
-        for number in sorted(self._unfinished):
-            self._read(number, self._entries[number].trial_id)
+        if not self._entries:
+            self._read_all()
+        else:
+            for number in sorted(self._unfinished):
+                self._read(number, self._entries[number].trial_id)
         number = len(self._entries)
         while True:
             try:
@@ -281,19 +293,35 @@ class Ledger:
             self._read(number, trial_id)
             number += 1
 
+    def _read_all(self) -> None:
+        # A worker joining a long study reads it in two queries, not two per trial (20,000
+        # trials on PostgreSQL took minutes one by one). Only the dense prefix of numbers is
+        # kept: a trial created during the read is found by the incremental reads that follow.
+        marks = trial_marks(self._storage, self._study_id, _LEDGER_ATTRS)
+        for number, mark in enumerate(marks):
+            if mark.number != number:
+                return
+            self._record(number, mark.trial_id, mark.state, mark.system_attrs)
+
     def _read(self, number: int, trial_id: int) -> None:
         trial = self._storage.get_trial(trial_id)
-        state = trial.state.name
+        self._record(number, trial_id, trial.state.name, trial.system_attrs)
+
+    def _record(
+        self, number: int, trial_id: int, state: str, system_attrs: Mapping[str, Any]
+    ) -> None:
+        # Optuna's retry callback keeps a copy's history under this key (retry_history()).
+        history = list(system_attrs.get(RETRY_HISTORY_ATTR) or ())
         entry = _Entry(
             trial_id,
             state,
-            bool(trial.system_attrs.get(OVER_BUDGET_ATTR)),
-            retry=trial.system_attrs.get(RETRY_ATTR) == number,
-            chain=len(retry_history(trial)),
+            bool(system_attrs.get(OVER_BUDGET_ATTR)),
+            retry=system_attrs.get(RETRY_ATTR) == number,
+            chain=len(history),
         )
         if number not in self._entries:
             # A copy's history is written when it is enqueued and never changes.
-            for earlier in retry_history(trial):
+            for earlier in history:
                 self._superseded_by.setdefault(earlier, number)
         self._entries[number] = entry
         if state in ("WAITING", "RUNNING"):

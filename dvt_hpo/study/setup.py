@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.exceptions import SpecError
 from dvt_hpo.store import compat
+from dvt_hpo.store.queries import count_trials
 from dvt_hpo.store.redact import redact_url
 from dvt_hpo.store.storage import HeartbeatSettings, create_or_load_study, study_storage
 from dvt_hpo.store.stored_study import StoredStudy
@@ -58,7 +59,7 @@ def open_study(
     study_id = storage.get_study_id_from_name(spec.study.name)
     # Replaced at this worker's first ask by reseeded_sampler (a seed unique to the worker);
     # until then it only sees that ask's before_trial hook, which draws nothing.
-    existing = storage.get_n_trials(study_id)
+    existing = count_trials(storage, study_id)
     study.sampler = build_sampler(
         spec.study.sampler,
         spec.search_space,

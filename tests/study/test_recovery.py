@@ -452,15 +452,26 @@ def test_the_ledger_reads_only_new_and_unfinished_trials(tmp_path: Path) -> None
         return original(trial_id)
 
     storage.get_trial = counting  # type: ignore[method-assign]
+    bulk: list[int] = []
+    read_all = storage.get_all_trials
+
+    def counting_all(study_id: int, **kwargs: Any) -> list[optuna.trial.FrozenTrial]:
+        bulk.append(study_id)
+        return read_all(study_id, **kwargs)
+
+    storage.get_all_trials = counting_all  # type: ignore[method-assign]
     ledger = recovery.Ledger(study, storage, storage.get_study_id_from_name("s"))
     ledger.refresh()
-    assert len(reads) == 31
+    # The first read is two SQL queries for the whole study, not one trial at a time.
+    assert (bulk, reads) == ([], [])
+    assert ledger.used() == 31
     new = study.ask()
     study.tell(new, 1.0)
     reads.clear()
     ledger.refresh()
     # The one unfinished before, and the one new: not the 30 finished ones again.
     assert sorted(reads) == sorted([running._trial_id, new._trial_id])
+    assert bulk == []
     assert ledger.used() == 32
 
 
