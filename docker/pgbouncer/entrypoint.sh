@@ -19,9 +19,6 @@ auth_type = scram-sha-256
 auth_file = $conf/userlist.txt
 pool_mode = transaction
 default_pool_size = ${POOL_SIZE:-20}
-# Workers outnumber server connections by design: a worker queues until one frees instead of
-# failing after PgBouncer's default 120 s (the creating worker may hold the lock that long).
-query_wait_timeout = 0
 max_client_conn = ${MAX_CLIENTS:-1000}
 ignore_startup_parameters = extra_float_digits,options
 INI

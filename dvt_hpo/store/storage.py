@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from dvt_hpo.exceptions import DvtHpoError, StudyNotFoundError
 from dvt_hpo.store.errors import storage_error
 from dvt_hpo.store.lock import creation_lock, lock_connect_args, retry_creation_race
+from dvt_hpo.store.queries import add_indexes
 from dvt_hpo.store.redact import redact_text, redact_url
 from dvt_hpo.store.urls import (
     expand_env,
@@ -362,6 +363,7 @@ def create_or_load_study(
         if init is not None:
             init(study)
         if storage_kind(url) == "postgresql":
+            add_indexes(storage)
             storage.set_study_system_attr(study._study_id, CREATED_ATTR, True)
         return study
 

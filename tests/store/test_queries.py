@@ -51,3 +51,25 @@ def test_counts_and_marks_match_optunas_reads(study: optuna.Study) -> None:
         (t.number, t._trial_id, t.state.name) for t in trials
     ]
     assert [m.system_attrs for m in marks] == [{}, {}, {"retry_history": [1]}, {}, {}, {}]
+
+
+def test_a_postgresql_study_gets_the_trial_indexes_once(
+    postgres_url: str, unique_name: str
+) -> None:
+    import sqlalchemy
+
+    from dvt_hpo.store.queries import INDEXES, add_indexes
+
+    study = create_or_load_study(postgres_url, unique_name, ["maximize"])
+    engine = sqlalchemy.create_engine(postgres_url)
+    try:
+        with engine.connect() as conn:
+            names = set(
+                conn.execute(
+                    sqlalchemy.text("SELECT indexname FROM pg_indexes WHERE tablename = 'trials'")
+                ).scalars()
+            )
+        assert set(INDEXES) <= names
+        add_indexes(study_storage(study))  # present: nothing to do, no error
+    finally:
+        engine.dispose()
