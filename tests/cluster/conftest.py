@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from dvt_hpo.cluster.slurm import ACTIVE_STATES
 from tests.conftest import toy_study
 
 SLURM_UP = Path(__file__).resolve().parent / "slurm_up.sh"
@@ -91,9 +92,6 @@ def scontrol_job(job_id: str) -> dict[str, str]:
     return dict(p.split("=", 1) for p in done.stdout.split() if "=" in p)
 
 
-_ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "SUSPENDED"}
-
-
 def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
     """Poll ``predicate`` (Slurm and the database have no event to await from here) until it
     returns something true; fail naming ``what`` after ``timeout_s``."""
@@ -110,7 +108,7 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any
 def wait_job_done(job_id: str, timeout_s: float) -> dict[str, str]:
     def done() -> dict[str, str] | None:
         states = job_states(job_id)
-        return states if states and not (set(states.values()) & _ACTIVE) else None
+        return states if states and not (set(states.values()) & ACTIVE_STATES) else None
 
     return wait_until(done, timeout_s, f"Slurm job {job_id} to end")
 
