@@ -13,7 +13,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import search_efficiency as se  # noqa: E402
+try:
+    import search_efficiency as se
+except FileNotFoundError as exc:  # the surrogate's files: ../shared/data beside the checkout
+    # A skip with the reason, not a collection error that stops the whole suite; under CI a
+    # skip outside tests/ci_skips' allow-list fails the run, so CI still needs the data.
+    pytest.skip(str(exc), allow_module_level=True)
 import search_efficiency_report as report  # noqa: E402
 from lcbench_surrogate import MAX_EPOCHS  # noqa: E402
 
