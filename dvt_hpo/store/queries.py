@@ -17,9 +17,9 @@ from typing import Any
 
 # Optuna indexes trials by study alone, so its reads during a run (the trials since its last
 # read, a trial by its number, the RUNNING trials whose heartbeat is stale) scan every trial of
-# the study: on 20,000 trials that is most of what a trial's cost grows by. Added on PostgreSQL when a study is
-# created; Optuna's migrations there alter columns in place and keep them. Not on SQLite,
-# whose migrations copy tables.
+# the study: on 20,000 trials that is most of what a trial's cost grows by. Added on PostgreSQL
+# when a study is created; Optuna's migrations there alter columns in place and keep them. Not
+# on SQLite, whose migrations copy tables.
 INDEXES = {
     "dvt_hpo_trials_study_trial": "trials (study_id, trial_id)",
     "dvt_hpo_trials_study_number": "trials (study_id, number)",
