@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from dvt_hpo.store.queries import state_counts
+from dvt_hpo.store.queries import engine_of, state_counts
 from dvt_hpo.study.budget import OVER_BUDGET_ATTR, RETRY_HISTORY_ATTR, Attempt, uncounted_attempts
 from dvt_hpo.study.front import no_feasible_message, select_best
 from dvt_hpo.study.messages import fmt_params
@@ -127,7 +127,7 @@ def _uncounted(storage: Any, study_id: int) -> dict[int, str]:
     mark (few), and the numbers of the FAIL trials."""
     from optuna.trial import TrialState
 
-    engine = getattr(storage, "engine", None)
+    engine = engine_of(storage)
     if engine is None:
         trials = storage.get_all_trials(study_id, deepcopy=False)
         return uncounted_attempts(
@@ -177,7 +177,7 @@ def _last_failed(
     """The last ``n`` trials that ended in ``state`` (FAIL: over-budget closures left out)."""
     from optuna.trial import TrialState
 
-    engine = getattr(storage, "engine", None)
+    engine = engine_of(storage)
     if engine is None:
         failed = storage.get_all_trials(study_id, deepcopy=False, states=(TrialState[state],))
     else:
