@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -249,6 +249,28 @@ def _checked(item: tuple[str, str, int], budget: int) -> StudyResult:
     return result
 
 
+def aliases(cells: list[str], budget: int) -> dict[str, str]:
+    """Cells whose study file resolves to the same sampler and pruner as an earlier cell (as
+    ``default`` does to the cell of dvt-hpo's defaults): each maps to that cell. Their studies
+    are the same search, so they are run once and saved under both names."""
+    from dvt_hpo.studyfile import load_spec
+
+    seen: dict[str, Any] = {}
+    out: dict[str, str] = {}
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "study.yaml"
+        for cell in cells:
+            doc = study_document(cell, SURROGATE.tasks[0], 0, budget, Path(folder))
+            path.write_text(yaml.safe_dump(doc))
+            spec = load_spec(path)
+            key = repr((spec.study.sampler, spec.study.pruner))
+            if key in seen:
+                out[cell] = seen[key]
+            else:
+                seen[key] = cell
+    return out
+
+
 def run_grid(
     cells: list[str],
     tasks: list[str],
@@ -264,23 +286,40 @@ def run_grid(
     still has every cell on the same tasks and seeds. ``check``: with the replay engine, the
     first ``check`` studies (spread over the cells) run through dvt-hpo run and must equal
     their replay."""
+    same = aliases(cells, budget)
+    copies: dict[str, list[str]] = {}
+    for alias, cell in same.items():
+        copies.setdefault(cell, []).append(alias)
+        out(f"{alias} resolves to the sampler and pruner of {cell}: its studies are copied")
+
+    def keep(result: StudyResult) -> None:
+        save(results, result)
+        for alias in copies.get(result.cell, ()):
+            save(results, replace(result, cell=alias))
+
+    for s in seeds:  # an alias missing where its cell is done (a grid cut short)
+        for t in tasks:
+            for alias, cell in same.items():
+                done = result_path(results, cell, t, s)
+                if done.exists() and not result_path(results, alias, t, s).exists():
+                    keep(load(done))
     todo = [
         (c, t, s)
         for s in seeds
         for t in tasks
         for c in cells
-        if not result_path(results, c, t, s).exists()
+        if c not in same and not result_path(results, c, t, s).exists()
     ]
     out(
-        f"{len(todo)} studies to run ({len(cells)} cells x {len(tasks)} tasks x {len(seeds)} "
-        f"seeds, {jobs} at a time, engine {engine}), results in {results}"
+        f"{len(todo)} studies to run ({len(cells) - len(same)} cells x {len(tasks)} tasks x "
+        f"{len(seeds)} seeds, {jobs} at a time, engine {engine}), results in {results}"
     )
     start = time.perf_counter()
     checked = todo[:check] if engine == "replay" else []
     if checked:
         with ThreadPoolExecutor(max_workers=jobs) as threads:
             for result in threads.map(lambda item: _checked(item, budget), checked):
-                save(results, result)
+                keep(result)
         out(
             f"  {len(checked)} studies through dvt-hpo run: each the same search as its "
             f"replay ({time.perf_counter() - start:.0f} s)"
@@ -296,7 +335,7 @@ def run_grid(
         futures = [pool.submit(fn, *item, budget) for item in todo]
         for i, future in enumerate(as_completed(futures), 1):
             result = future.result()
-            save(results, result)
+            keep(result)
             if i % 50 == 0 or i == len(todo) or engine == "dvt" and i % 10 == 0:
                 out(
                     f"  {i}/{len(todo)} done, {time.perf_counter() - start:.0f} s; last: "

@@ -7,7 +7,9 @@ and the reported values, so this module replays a study from the *same study fil
 dvt-hpo's own loader: the sampler and pruner built by :mod:`dvt_hpo.study.optuna_factory` and seeded
 as a fresh run seeds them (:func:`dvt_hpo.study.setup.reseeded_sampler`), params drawn by
 :func:`dvt_hpo.study.space.sample`, each epoch reported and pruned, a complete trial told its last
-value (``reduce: last``), a pruned one told PRUNED, on Optuna's in-memory storage.
+value (``reduce: last``), a pruned one told PRUNED, on Optuna's in-memory storage. Optuna's TPE
+computes its log normal CDF with :mod:`fast_log_ndtr` here, to the same bits (checked when it is
+installed).
 
 ``search_efficiency.py --engine replay --check N`` runs N studies both ways and stops unless
 every trial's params, epochs and value are identical: the replay is only used where it is
@@ -22,6 +24,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import fast_log_ndtr
 import yaml
 
 
@@ -38,6 +41,7 @@ def replay_study(
     from dvt_hpo.studyfile import load_spec
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    fast_log_ndtr.install()
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "study.yaml"
         path.write_text(yaml.safe_dump(doc))

@@ -86,7 +86,12 @@ def sampler_class(kind: str) -> type:
 
 
 def pruner_class(kind: str) -> type:
-    """The Optuna pruner class of ``kind`` (``KeyError`` for an unknown kind)."""
+    """The Optuna pruner class of ``kind`` (``KeyError`` for an unknown kind); ``wilcoxon`` is
+    Optuna's with scipy's slow exact test computed at once (:mod:`dvt_hpo.study.wilcoxon`)."""
+    if kind == "wilcoxon":
+        from dvt_hpo.study.wilcoxon import WilcoxonPruner
+
+        return WilcoxonPruner
     cls = getattr(optuna.pruners, PRUNER_CLASSES[kind], None)
     if cls is None:  # pragma: no cover - depends on the Optuna release
         raise KeyError(f"this Optuna release ({optuna.__version__}) has no pruner {kind!r}")
