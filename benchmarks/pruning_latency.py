@@ -5,11 +5,15 @@ trial's processes are gone.
     python benchmarks/pruning_latency.py --trials 40 --steps 30 --parallel 2
     python benchmarks/pruning_latency.py --postgres postgresql://user@host/db
     python benchmarks/pruning_latency.py --no-postgres
+    python benchmarks/pruning_latency.py --pruner wilcoxon --no-postgres   # and optuna-wilcoxon
 
 A study runs through :class:`dvt_hpo.study.loop.StudyRunner` (the same code as ``dvt-hpo run``),
 one ``python -m dvt_hpo.trial`` process per trial, on ``benchmarks/latency_entrypoint.py``:
 each trial reports ``--steps`` values of a curve that rises with its sampled ``x``, and a median
-pruner prunes the weaker ones. Measured:
+pruner prunes the weaker ones. ``--pruner wilcoxon`` uses dvt-hpo's default pruner instead, on
+curves rounded to multiples of 1/200 (an accuracy on 200 validation images: ties and zeros);
+``optuna-wilcoxon`` the same with Optuna's own ``WilcoxonPruner``, whose scipy test
+:mod:`dvt_hpo.study.wilcoxon` replaces. Measured:
 
 - **report -> decision, trial side**: from the trial's ``ctx.report`` call to its receipt of the
   decision (JSON over the AF_UNIX control socket, the orchestrator's handling, the reply).
@@ -46,13 +50,14 @@ try:
 except ImportError:  # run from a checkout without installing the package
     sys.path.insert(0, str(REPO_ROOT))
 
+import optuna  # noqa: E402
 import yaml  # noqa: E402
 
 from dvt_hpo.process import tree as process_tree  # noqa: E402
 from dvt_hpo.store.redact import redact_url  # noqa: E402
 from dvt_hpo.store.storage import unreachable_reason  # noqa: E402
 from dvt_hpo.study import loop as study_loop  # noqa: E402
-from dvt_hpo.study import trial_run  # noqa: E402
+from dvt_hpo.study import optuna_factory, trial_run  # noqa: E402
 from dvt_hpo.studyfile import load_spec  # noqa: E402
 from dvt_hpo.wire.protocol import Hello  # noqa: E402
 
@@ -60,6 +65,11 @@ DEFAULT_POSTGRES = os.environ.get(
     "DVT_HPO_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
 )
 REPORT_GOAL_S = 0.050
+PRUNERS: dict[str, dict[str, Any]] = {
+    "median": {"kind": "median", "n_startup_trials": 3, "n_warmup_steps": 3},
+    "wilcoxon": {"kind": "wilcoxon"},
+    "optuna-wilcoxon": {"kind": "wilcoxon"},
+}
 GONE_GOAL_S = 1.0
 
 
@@ -121,7 +131,7 @@ def study_doc(args: argparse.Namespace, name: str, storage: str) -> dict[str, An
             "storage": storage,
             "n_trials": args.trials,
             "sampler": {"kind": "random", "seed": 0},
-            "pruner": {"kind": "median", "n_startup_trials": 3, "n_warmup_steps": 3},
+            "pruner": PRUNERS[args.pruner],
         },
         "objective": {"metric": "score", "direction": "maximize", "reduce": "last"},
         "trials": {
@@ -133,7 +143,11 @@ def study_doc(args: argparse.Namespace, name: str, storage: str) -> dict[str, An
         },
         "trainer": {
             "entrypoint": "latency_entrypoint:run",
-            "config": {"steps": args.steps, "step_s": args.step_s},
+            "config": {
+                "steps": args.steps,
+                "step_s": args.step_s,
+                "quantum": 0.0 if args.pruner == "median" else 1 / 200,
+            },
         },
         "search_space": [{"name": "x", "path": "x", "kind": "float", "low": 0.1, "high": 1.0}],
     }
@@ -148,12 +162,18 @@ def run_one(args: argparse.Namespace, storage: str, label: str, folder: Path) ->
     TimedTrialRun.instances = []
     original = study_loop.TrialRun
     study_loop.TrialRun = TimedTrialRun  # type: ignore[misc]  # StudyRunner._launch builds these
+    pruner_class = optuna_factory.pruner_class
+    if args.pruner == "optuna-wilcoxon":
+        optuna_factory.pruner_class = lambda kind: getattr(  # type: ignore[assignment]
+            optuna.pruners, optuna_factory.PRUNER_CLASSES[kind]
+        )
     began = time.perf_counter()
     try:
         study_runner = study_loop.StudyRunner(spec, out=lines.append if not args.verbose else None)
         study_runner.run()
     finally:
         study_loop.TrialRun = original  # type: ignore[misc]
+        optuna_factory.pruner_class = pruner_class  # type: ignore[assignment]
     measured = Measured(storage=redact_url(storage), wall_s=time.perf_counter() - began)
     for run in TimedTrialRun.instances:
         measured.trials += 1
@@ -168,8 +188,6 @@ def run_one(args: argparse.Namespace, storage: str, label: str, folder: Path) ->
         if run.process is not None and run.process.gone_s is not None:
             measured.to_gone_s.append(run.process.gone_s - run.prune_decided_s)
     if not storage.startswith("sqlite"):
-        import optuna
-
         optuna.delete_study(study_name=name, storage=storage)  # leave the shared server clean
     return measured
 
@@ -186,8 +204,8 @@ def cell_ms(values: Sequence[float]) -> str:
 def print_table(args: argparse.Namespace, rows: list[Measured]) -> None:
     print(
         f"\nPruning latency: {args.trials} trials x {args.steps} reports, launcher process, "
-        f"parallel {args.parallel}, {args.step_s:g} s between reports, median pruner "
-        f"(n_startup_trials=3, n_warmup_steps=3); {os.cpu_count()} CPUs.\n"
+        f"parallel {args.parallel}, {args.step_s:g} s between reports, pruner {args.pruner} "
+        f"({PRUNERS[args.pruner]}); {os.cpu_count()} CPUs.\n"
         "Cells: median / p95 / max in ms.\n"
     )
     header = (
@@ -230,6 +248,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=30, help="reports per trial (30)")
     parser.add_argument("--step-s", type=float, default=0.0, help="seconds between reports (0)")
     parser.add_argument("--parallel", type=int, default=1, help="trials at once (1)")
+    parser.add_argument(
+        "--pruner", choices=sorted(PRUNERS), default="median", help="which pruner (median)"
+    )
     parser.add_argument("--postgres", default=DEFAULT_POSTGRES, help="PostgreSQL URL to try")
     parser.add_argument("--no-postgres", action="store_true", help="SQLite only")
     parser.add_argument("--verbose", action="store_true", help="print the runner's lines")
