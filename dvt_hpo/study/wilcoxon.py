@@ -68,14 +68,10 @@ class WilcoxonPruner(optuna.pruners.WilcoxonPruner):
     def prune(self, study: optuna.study.Study, trial: FrozenTrial) -> bool:
         if len(trial.intermediate_values) == 0:
             return False
-        steps, step_values = np.array(list(trial.intermediate_values.items())).T
-        if np.any(~np.isfinite(step_values)):
-            warnings.warn(
-                f"The intermediate values of the current trial (trial {trial.number}) "
-                f"contain infinity/NaNs. WilcoxonPruner will not prune this trial.",
-                stacklevel=2,
-            )
+        current = _finite_curve(trial, "the current trial")
+        if current is None:
             return False
+        steps, step_values = current
         try:
             best_trial = study.best_trial
         except ValueError:
@@ -86,14 +82,10 @@ class WilcoxonPruner(optuna.pruners.WilcoxonPruner):
                 stacklevel=2,
             )
             return False
-        best_steps, best_step_values = np.array(list(best_trial.intermediate_values.items())).T
-        if np.any(~np.isfinite(best_step_values)):
-            warnings.warn(
-                f"The intermediate values of the best trial (trial {best_trial.number}) "
-                f"contain infinity/NaNs. WilcoxonPruner will not prune the current trial.",
-                stacklevel=2,
-            )
+        best = _finite_curve(best_trial, "the best trial")
+        if best is None:
             return False
+        best_steps, best_step_values = best
         _, idx1, idx2 = np.intersect1d(steps, best_steps, return_indices=True)
         if len(idx1) < len(step_values):
             warnings.warn(
@@ -118,3 +110,16 @@ class WilcoxonPruner(optuna.pruners.WilcoxonPruner):
         p = signed_rank_pvalue(diff_values, alt)
         # Optuna's safety: a trial whose average beats the best's is kept whatever the test says.
         return bool(p < self._p_threshold and not average_is_best)
+
+
+def _finite_curve(trial: FrozenTrial, whose: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """A trial's (steps, values), or None with Optuna's warning when a value is inf or NaN."""
+    steps, values = np.array(list(trial.intermediate_values.items())).T
+    if np.any(~np.isfinite(values)):
+        warnings.warn(
+            f"The intermediate values of {whose} (trial {trial.number}) contain infinity/NaNs. "
+            "WilcoxonPruner will not prune the current trial.",
+            stacklevel=3,
+        )
+        return None
+    return steps, values

@@ -88,3 +88,16 @@ def test_values_that_cannot_be_compared_are_never_pruned() -> None:
     trial.report(float("nan"), 1)
     with pytest.warns(UserWarning, match="infinity/NaNs"):
         assert not study.pruner.prune(study, study._storage.get_trial(trial._trial_id))
+
+
+def test_a_best_trial_with_values_that_cannot_be_compared_prunes_nothing() -> None:
+    study = optuna.create_study(direction="maximize", pruner=WilcoxonPruner())
+    best = study.ask()
+    for step, value in enumerate([0.9, float("inf"), 0.9], 1):
+        best.report(value, step)
+    study.tell(best, 0.9)
+    trial = study.ask()
+    for step in range(1, 4):
+        trial.report(0.1, step)
+    with pytest.warns(UserWarning, match=r"the best trial \(trial 0\)"):
+        assert not study.pruner.prune(study, study._storage.get_trial(trial._trial_id))
