@@ -302,7 +302,7 @@ def run_grid(
             for alias, cell in same.items():
                 done = result_path(results, cell, t, s)
                 if done.exists() and not result_path(results, alias, t, s).exists():
-                    keep(load(done))
+                    save(results, replace(load(done), cell=alias))
     todo = [
         (c, t, s)
         for s in seeds
