@@ -124,10 +124,18 @@ class HeartbeatSettings:
     max_retries: int
 
 
-def retry_callback(max_retries: int) -> Any:
+# The mark of an attempt that failed of the machine (dvt_hpo.study.node_health): its kind; and
+# on a copy, how many attempts of its chain did. Those retries are not the trial's: they are
+# left out of trials.max_retries (node_health.machine_retry_limit caps them).
+MACHINE_ATTR = "dvt_hpo:machine_failure"
+MACHINE_RETRIES_ATTR = "dvt_hpo:machine_retries"
+
+
+def retry_callback(max_retries: int | None) -> Any:
     """Optuna's callback that re-enqueues a failed trial's exact params (WAITING), at most
-    ``max_retries`` times per original trial. Optuna 4.9 renamed it
-    ``RetryHeartbeatStaleTrialCallback``; older releases only have ``RetryFailedTrialCallback``.
+    ``max_retries`` times per original trial (``None``: the caller decided). Optuna 4.9 renamed
+    it ``RetryHeartbeatStaleTrialCallback``; older releases only have
+    ``RetryFailedTrialCallback``.
     """
     import optuna.storages as storages
 
@@ -146,6 +154,12 @@ def retry_callback(max_retries: int) -> Any:
         fresh.system_attrs = {
             k: v for k, v in trial.system_attrs.items() if not k.startswith("dvt_hpo:")
         }
+        # The one mark a copy carries on: how many of its chain failed of the machine.
+        machine = int(trial.system_attrs.get(MACHINE_RETRIES_ATTR) or 0) + bool(
+            trial.system_attrs.get(MACHINE_ATTR)
+        )
+        if machine:
+            fresh.system_attrs[MACHINE_RETRIES_ATTR] = machine
         callback(study, fresh)
 
     return retry
@@ -553,6 +567,8 @@ def supports_heartbeat(storage: Any) -> bool:
 
 
 __all__ = [
+    "MACHINE_ATTR",
+    "MACHINE_RETRIES_ATTR",
     "HeartbeatSettings",
     "check_storage_driver",
     "create_or_load_study",

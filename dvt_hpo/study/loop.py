@@ -31,7 +31,7 @@ from dvt_hpo.store import lock as storage_lock
 from dvt_hpo.store import trial_config
 from dvt_hpo.store.errors import OutageRetry
 from dvt_hpo.store.redact import redact_url
-from dvt_hpo.study import kill_points, plateau, recovery, space, stop_rules
+from dvt_hpo.study import kill_points, plateau, recovery, space, stop_rules, stopped_nodes
 from dvt_hpo.study import messages as run_messages
 from dvt_hpo.study.events import (
     StudyEnded,
@@ -349,6 +349,7 @@ class StudyRunner:
             with self.study_lock:
                 done = self.study.get_trials(deepcopy=False)
             self._plateau = plateau.PlateauWatch.for_study(spec, done)
+        node_watch = stopped_nodes.NodeWatch(spec.trials.node_failures, self.handle)
         stop_signals = self.stop_signals = StopSignals(self.worker_stopped).install()
         try:
             while True:
@@ -393,6 +394,10 @@ class StudyRunner:
                 run = self.running.pop(outcome.number)
                 free_slots.append(run.slot)
                 self._record(outcome)
+                if (broken := node_watch.finished(self.outcomes)) is not None:
+                    launching, stop_message = False, broken  # exit 1; its trials are retried
+                    self._stop_running("this node looks broken")
+                    continue
                 if launching and self._plateau_reached(outcome):
                     # Not an error: the run ends with exit 0 once its running trials finish.
                     launching = False

@@ -257,6 +257,7 @@ class TrialOutcome:
     user_attrs: dict[str, Any] = field(default_factory=dict)
     values: tuple[float, ...] = ()  # every objective's (COMPLETE)
     constraints: tuple[float, ...] = ()  # <= 0 feasible; () when unconstrained or failed
+    machine: str | None = None  # failed of the machine: the kind (dvt_hpo.study.node_health)
 
     def event(self) -> TrialFinished:
         """What the loop's observers hear of it."""

@@ -37,7 +37,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.store.queries import trial_marks
-from dvt_hpo.store.storage import retry_callback, supports_heartbeat
+from dvt_hpo.store.storage import (
+    MACHINE_ATTR,
+    MACHINE_RETRIES_ATTR,
+    retry_callback,
+    supports_heartbeat,
+)
 from dvt_hpo.study import kill_points, stale
 from dvt_hpo.study.budget import (
     OVER_BUDGET_ATTR,
@@ -58,7 +63,13 @@ HEARTBEAT_ATTR = stale.HEARTBEAT_ATTR  # journal storages: the trial's last hear
 # because Optuna's retry callback copies system attrs onto the copy: a copy never matches.
 RETRY_ATTR = "dvt_hpo:retry"
 # The system attributes the ledger reads of every trial.
-_LEDGER_ATTRS = (OVER_BUDGET_ATTR, RETRY_ATTR, RETRY_HISTORY_ATTR)
+_LEDGER_ATTRS = (
+    OVER_BUDGET_ATTR,
+    RETRY_ATTR,
+    RETRY_HISTORY_ATTR,
+    MACHINE_ATTR,
+    MACHINE_RETRIES_ATTR,
+)
 _log = logging.getLogger(__name__)
 
 
@@ -130,11 +141,30 @@ def fail_attempt(
     return bool(failed)
 
 
+def mark_machine_failure(storage: Any, trial_id: int, kind: str) -> None:
+    """Mark a RUNNING attempt as failed of the machine (:mod:`dvt_hpo.study.node_health`),
+    before :func:`fail_attempt`: its copy is then made whatever ``max_retries`` says, and
+    counts the chain's machine failures (:func:`machine_retries`)."""
+    storage.set_trial_system_attr(trial_id, MACHINE_ATTR, kind)
+
+
+def machine_retries(trial: optuna.trial.FrozenTrial) -> int:
+    """How many attempts before this one in its chain failed of the machine."""
+    return int(trial.system_attrs.get(MACHINE_RETRIES_ATTR) or 0)
+
+
+def within_retries(*, copies: int, machine_copies: int, machine: bool, max_retries: int) -> bool:
+    """Whether a marked attempt gets a copy: one that failed of the machine always (its
+    worker decided, within the machine limit); another while its chain made fewer than
+    ``max_retries`` copies for reasons other than the machine."""
+    return machine or copies - machine_copies < max_retries
+
+
 def pending_retries(
     trials: list[optuna.trial.FrozenTrial], max_retries: int
 ) -> list[optuna.trial.FrozenTrial]:
     """The attempts failed for a retry whose copy is not enqueued yet (within
-    ``max_retries`` copies per original trial, as Optuna's callback counts them)."""
+    ``max_retries`` copies per original trial, machine failures aside: :func:`within_retries`)."""
     superseded = {n for t in trials for n in retry_history(t)}
     return [
         t
@@ -142,7 +172,12 @@ def pending_retries(
         if t.state.name == "FAIL"
         and t.system_attrs.get(RETRY_ATTR) == t.number
         and t.number not in superseded
-        and len(retry_history(t)) < max_retries
+        and within_retries(
+            copies=len(retry_history(t)),
+            machine_copies=machine_retries(t),
+            machine=bool(t.system_attrs.get(MACHINE_ATTR)),
+            max_retries=max_retries,
+        )
     ]
 
 
@@ -155,7 +190,8 @@ def enqueue_retries(study: optuna.Study, *, max_retries: int, lock: Lock) -> lis
         kill_points.reached("retry:locked")
         # Read again under the lock: the copies enqueued by the previous holder are visible.
         pending = pending_retries(study.get_trials(deepcopy=False), max_retries)
-        retry = retry_callback(max_retries)
+        # pending_retries decided which get a copy (machine failures beyond max_retries too).
+        retry = retry_callback(None)
         for trial in pending:
             retry(study, trial)
         if pending:
@@ -243,6 +279,8 @@ class _Entry:
     over_budget: bool
     retry: bool = False  # failed (or being failed) for a retry: RETRY_ATTR is its number
     chain: int = 0  # copies before it in its retry chain
+    machine: bool = False  # failed of the machine (MACHINE_ATTR)
+    machine_chain: int = 0  # copies before it made for machine failures
 
 
 @dataclass(frozen=True)
@@ -318,6 +356,8 @@ class Ledger:
             bool(system_attrs.get(OVER_BUDGET_ATTR)),
             retry=system_attrs.get(RETRY_ATTR) == number,
             chain=len(history),
+            machine=bool(system_attrs.get(MACHINE_ATTR)),
+            machine_chain=int(system_attrs.get(MACHINE_RETRIES_ATTR) or 0),
         )
         if number not in self._entries:
             # A copy's history is written when it is enqueued and never changes.
@@ -357,7 +397,12 @@ class Ledger:
             for n in sorted(self._failed)
             if self._entries[n].retry
             and n not in self._superseded_by
-            and self._entries[n].chain < self._max_retries
+            and within_retries(
+                copies=self._entries[n].chain,
+                machine_copies=self._entries[n].machine_chain,
+                machine=self._entries[n].machine,
+                max_retries=self._max_retries,
+            )
         ]
 
 
@@ -379,6 +424,8 @@ def counted_numbers(trials: list[optuna.trial.FrozenTrial]) -> set[int]:
 __all__ = [
     "trial_state",
     "HEARTBEAT_ATTR",
+    "MACHINE_ATTR",
+    "MACHINE_RETRIES_ATTR",
     "OVER_BUDGET_ATTR",
     "RETRY_ATTR",
     "Budget",
@@ -388,10 +435,13 @@ __all__ = [
     "fail_attempt",
     "failed_not_retried",
     "heartbeat_ages",
+    "machine_retries",
+    "mark_machine_failure",
     "pending_retries",
     "reconcile",
     "record_heartbeat",
     "retried_trial_number",
     "retry_failed",
     "retry_history",
+    "within_retries",
 ]

@@ -24,7 +24,7 @@ from dvt_hpo.process import launch
 from dvt_hpo.process.devices import Slot
 from dvt_hpo.process.gpu_share import GpuShare
 from dvt_hpo.process.tree import TrialProcess, describe_exit
-from dvt_hpo.study import kill_points, recovery
+from dvt_hpo.study import kill_points, node_health, recovery
 from dvt_hpo.study.constraints import store_constraints
 from dvt_hpo.study.events import TrialReported
 from dvt_hpo.study.outcome import (
@@ -359,6 +359,7 @@ class TrialRun:
         """Store the trial's attrs and tell Optuna (a retried FAIL through the recovery rule:
         one copy per failed attempt, whichever worker notices first)."""
         duration_s = time.monotonic() - self.start_time
+        machine, machine_retry = self._machine_failure(outcome)
         attrs: dict[str, Any] = {
             "duration_s": round(duration_s, 3),
             "exit": describe_exit(returncode) if returncode is not None else "unknown",
@@ -388,6 +389,8 @@ class TrialRun:
                 attrs["stderr_tail"] = tail[-_ATTR_TEXT_CHARS:]
             if outcome.traceback:
                 attrs["traceback"] = outcome.traceback[-_ATTR_TEXT_CHARS:]
+            if machine is not None:
+                attrs["machine_failure"] = machine
         self._set_attrs(attrs)
         kill_points.reached("record:before_tell")
         value = outcome.value
@@ -422,7 +425,14 @@ class TrialRun:
                     ),
                     "recording",
                 )
-            elif outcome.retry:
+            elif outcome.retry or machine_retry:
+                if machine_retry and machine is not None:
+                    self.study.db(
+                        lambda: recovery.mark_machine_failure(
+                            self.study.storage, self.trial_id, machine
+                        ),
+                        "recording",
+                    )
                 self.study.fail_attempt(self.trial_id)
             else:
                 self.study.db(
@@ -441,11 +451,29 @@ class TrialRun:
             params=self.params,
             duration_s=duration_s,
             reason=outcome.reason if outcome.state != "COMPLETE" else None,
-            interrupted=outcome.retry,
+            interrupted=outcome.retry or machine_retry,
             batch_size=bs if isinstance(bs, int) else None,
             user_attrs={**self.attrs, **attrs},
             values=outcome.values,
             constraints=outcome.constraints,
+            machine=machine,
+        )
+
+    def _machine_failure(self, outcome: Outcome) -> tuple[str | None, bool]:
+        """The kind of machine error a FAIL met (:mod:`dvt_hpo.study.node_health`), and whether
+        its attempt is retried for it (within the machine limit of its chain)."""
+        node_failures = self.spec.trials.node_failures
+        if outcome.state != "FAIL" or outcome.retry or not node_failures:
+            return None, False
+        kind = node_health.machine_failure(outcome.reason)
+        if kind is None:
+            return None, False
+        with self.study.lock:
+            trial = self.study.db(
+                lambda: self.study.storage.get_trial(self.trial_id), "reading the trial"
+            )
+        return kind, recovery.machine_retries(trial) < node_health.machine_retry_limit(
+            node_failures
         )
 
     def _apply_keep_logs(self, state: str) -> None:

@@ -146,6 +146,8 @@ class TrialsSpec:
     preload: tuple[str, ...] = domain(())  # more modules the warm template imports
     log_limit: int | None = domain(10 * 1024**2)  # bytes per stream and trial; None: no cap
     keep_logs: Literal["all", "failed", "none"] = rule("all")  # logs of finished trials
+    # Machine failures in a row (CUDA/NCCL/ECC, study.node_health) that stop a worker; 0: off.
+    node_failures: int = rule(3, ge=0)
 
 
 @dataclass(frozen=True)

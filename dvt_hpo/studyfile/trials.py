@@ -70,6 +70,7 @@ def read_trials(r: Reader, root: Mapping[str, Any], study_name: str) -> TrialsSp
         preload=read_preload(r, sec, key),
         log_limit=read_log_limit(r, sec, key),
         keep_logs=sec.get("keep_logs", defaults.keep_logs),
+        node_failures=sec.get("node_failures", defaults.node_failures),
     )
 
 

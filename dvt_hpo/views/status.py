@@ -376,6 +376,7 @@ def format_status(status: StudyStatus) -> str:
 def show_status(spec: StudySpec, *, as_json: bool = False) -> str:
     from dvt_hpo.cluster.jobs import format_workers, study_workers
     from dvt_hpo.store.reader import open_existing_storage
+    from dvt_hpo.study.stopped_nodes import format_stopped, stopped_nodes
 
     storage, study_id = open_existing_storage(spec)
     status = read_status(storage, study_id, spec)
@@ -385,11 +386,14 @@ def show_status(spec: StudySpec, *, as_json: bool = False) -> str:
         if r.worker:
             by_worker.setdefault(r.worker, []).append(r.number)
     workers = study_workers(storage, study_id, by_worker)
+    # Workers that stopped themselves on a broken node (dvt_hpo.study.node_health).
+    stopped = stopped_nodes(storage, study_id)
     if as_json:
         data = json.loads(status.to_json())
         data["workers"] = [asdict(w) for w in workers]
+        data["stopped_workers"] = [asdict(n) for n in stopped]
         return json.dumps(data, indent=1, allow_nan=True)
-    return "\n".join([format_status(status), *format_workers(workers)])
+    return "\n".join([format_status(status), *format_workers(workers), *format_stopped(stopped)])
 
 
 __all__ = [

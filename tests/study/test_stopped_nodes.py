@@ -1,0 +1,132 @@
+"""A worker on a broken node stops itself; the healthy one finishes the study.
+
+Two real ``dvt-hpo run`` processes on one study (SQLite, PostgreSQL); one of them has a GPU that
+"breaks" after its first trial (tests/entrypoints/broken_node.py).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+
+from dvt_hpo.study import recovery
+from dvt_hpo.study.stopped_nodes import stopped_nodes
+from dvt_hpo.studyfile import load_spec
+from tests.conftest import REPO_ROOT, toy_study
+from tests.entrypoints.broken_node import BROKEN_ENV
+
+BROKEN_ENTRYPOINT = "tests.entrypoints.broken_node:run"
+N_TRIALS = 14
+RUN_TIMEOUT_S = 300
+
+
+def broken_study(name: str, storage: str, **sections: Any) -> dict[str, Any]:
+    return toy_study(
+        name,
+        study={"n_trials": N_TRIALS, "storage": storage, **sections.pop("study", {})},
+        trainer={
+            "entrypoint": BROKEN_ENTRYPOINT,
+            "config": {"curve": [0.1, 0.2, 0.3], "sleep_s": 0.3},
+        },
+        **sections,
+    )
+
+
+def dvt_hpo(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "dvt_hpo", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def load(study_file: Path) -> tuple[optuna.Study, Any]:
+    spec = load_spec(study_file)
+    study = optuna.load_study(study_name=spec.study.name, storage=spec.study.storage)
+    return study, spec
+
+
+def two_workers(study_file: Path, tmp_path: Path) -> tuple[tuple[int, str], tuple[int, str]]:
+    """(exit code, stdout + stderr) of the healthy worker and of the broken one."""
+    broken_env = {**os.environ, BROKEN_ENV: str(tmp_path / "gpu-broke")}
+    healthy = dvt_hpo("run", str(study_file))
+    broken = dvt_hpo("run", str(study_file), env=broken_env)
+    results = []
+    for proc in (healthy, broken):
+        out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+        results.append((proc.returncode, out + err))
+    return results[0], results[1]
+
+
+def check_study_after_a_broken_node(study_file: Path, tmp_path: Path) -> None:
+    (healthy_code, healthy_out), (broken_code, broken_out) = two_workers(study_file, tmp_path)
+    host = socket.gethostname()
+    assert (tmp_path / "gpu-broke").exists(), broken_out  # its first trial ran there
+    assert broken_code == 1, broken_out
+    errors = [line for line in broken_out.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, broken_out
+    assert errors[0].startswith(f"error: node {host} looks broken, this worker stops"), errors
+    assert "CUDA error: unspecified launch failure" in errors[0]
+    assert "Traceback" not in broken_out
+    assert healthy_code == 0, healthy_out
+
+    study, spec = load(study_file)
+    trials = study.get_trials(deepcopy=False)
+    complete = [t for t in trials if t.state.name == "COMPLETE"]
+    failed = [t for t in trials if t.state.name == "FAIL"]
+    assert len(complete) == N_TRIALS, [(t.number, t.state.name) for t in trials]
+    assert len(recovery.counted_numbers(trials)) == N_TRIALS
+    assert len(failed) >= 3
+    by_number = {t.number: t for t in trials}
+    for t in failed:
+        # Failed of the machine on the broken worker, and retried with its params by a COMPLETE
+        # copy: the healthy worker's (the broken one stopped).
+        assert t.user_attrs["machine_failure"] == "CUDA launch failure", t.user_attrs
+        assert "unspecified launch failure" in t.user_attrs["reason"]
+        assert t.system_attrs[recovery.MACHINE_ATTR] == "CUDA launch failure"
+        copies = [c for c in complete if t.number in recovery.retry_history(c)]
+        assert len(copies) == 1, t.number
+        assert copies[0].params == t.params
+    # The row that stopped it is recorded with its host, and `status` shows it.
+    storage = study._storage
+    (node,) = stopped_nodes(storage, study._study_id)
+    assert node.host == host
+    assert len(node.trials) == 3 and all(by_number[n].state.name == "FAIL" for n in node.trials)
+    status = subprocess.run(
+        [sys.executable, "-m", "dvt_hpo", "status", str(study_file)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert status.returncode == 0, status.stderr
+    assert "stopped workers (node looked broken): 1" in status.stdout, status.stdout
+    assert f"  {host} (pid {node.pid})" in status.stdout
+    assert f"{N_TRIALS}/{N_TRIALS} trials finished" in status.stdout, status.stdout
+
+
+@pytest.mark.processes
+def test_a_broken_node_stops_and_the_healthy_worker_finishes_on_sqlite(
+    write_study: Callable[..., Path], unique_name: str, tmp_path: Path
+) -> None:
+    study_file = write_study(broken_study(unique_name, "sqlite:///broken.db"))
+    check_study_after_a_broken_node(study_file, tmp_path)
+
+
+@pytest.mark.processes
+def test_a_broken_node_stops_and_the_healthy_worker_finishes_on_postgres(
+    write_study: Callable[..., Path], unique_name: str, tmp_path: Path, postgres_url: str
+) -> None:
+    study_file = write_study(broken_study(unique_name, postgres_url))
+    check_study_after_a_broken_node(study_file, tmp_path)
