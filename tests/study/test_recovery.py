@@ -631,3 +631,41 @@ def test_the_sweep_retries_a_dead_workers_trials_but_closes_one_marked_over_budg
     assert by_number[alive.number].state.name == "RUNNING"
     (copy,) = _waiting(study)
     assert copy.params == dead.params and recovery.retry_history(copy) == [dead.number]
+
+
+def test_machine_failures_are_retried_outside_max_retries(tmp_path: Path) -> None:
+    """A copy made for a failure of the machine does not use up trials.max_retries: with
+    max_retries 0 it is still made, and the chain's later (ordinary) failures get theirs."""
+    from optuna.distributions import FloatDistribution
+
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'm.db'}")
+    study = optuna.create_study(storage=storage, study_name="machine")
+    first = study.ask({"x": FloatDistribution(0.0, 1.0)})
+    recovery.mark_machine_failure(storage, first._trial_id, "CUDA launch failure")
+    assert recovery.fail_attempt(study, storage, first._trial_id, retry=True, max_retries=0)
+    copy = study.get_trials(deepcopy=False)[1]
+    assert copy.state.name == "WAITING" and copy.params == first.params
+    assert recovery.retry_history(copy) == [0]
+    assert recovery.machine_retries(copy) == 1
+
+    def fail_next(*, machine: bool, max_retries: int) -> int:
+        trial = study.ask()  # the oldest WAITING copy
+        if machine:
+            recovery.mark_machine_failure(storage, trial._trial_id, "GPU lost")
+        recovery.fail_attempt(study, storage, trial._trial_id, retry=True, max_retries=max_retries)
+        return trial.number
+
+    # An interrupted copy: its chain made one copy, for the machine; max_retries 1 allows one.
+    assert fail_next(machine=False, max_retries=1) == 1
+    trials = study.get_trials(deepcopy=False)
+    assert [t.state.name for t in trials] == ["FAIL", "FAIL", "WAITING"]
+    assert recovery.machine_retries(trials[2]) == 1
+    # Interrupted again: the one ordinary retry is used; no copy, and the ledger agrees.
+    assert fail_next(machine=False, max_retries=1) == 2
+    trials = study.get_trials(deepcopy=False)
+    assert [t.state.name for t in trials] == ["FAIL", "FAIL", "FAIL"]
+    assert recovery.pending_retries(trials, 1) == []
+    ledger = recovery.Ledger(study, storage, study._study_id, max_retries=1)
+    ledger.refresh()
+    assert ledger.pending() == []
+    assert ledger.budget(lambda n: False).used == 1  # one config, its last attempt counted

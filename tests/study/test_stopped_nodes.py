@@ -21,7 +21,7 @@ from dvt_hpo.study import recovery
 from dvt_hpo.study.stopped_nodes import stopped_nodes
 from dvt_hpo.studyfile import load_spec
 from tests.conftest import REPO_ROOT, toy_study
-from tests.entrypoints.broken_node import BROKEN_ENV
+from tests.entrypoints.broken_node import BROKEN_ENV, BROKEN_HANG_ENV
 
 BROKEN_ENTRYPOINT = "tests.entrypoints.broken_node:run"
 N_TRIALS = 14
@@ -57,11 +57,18 @@ def load(study_file: Path) -> tuple[optuna.Study, Any]:
     return study, spec
 
 
-def two_workers(study_file: Path, tmp_path: Path) -> tuple[tuple[int, str], tuple[int, str]]:
-    """(exit code, stdout + stderr) of the healthy worker and of the broken one."""
+def two_workers(
+    study_file: Path, tmp_path: Path, *, hang: bool = False
+) -> tuple[tuple[int, str], tuple[int, str]]:
+    """(exit code, stdout + stderr) of the healthy worker and of the broken one; ``hang``: the
+    broken one runs 2 trials at once and its second trial hangs until it is ended."""
     broken_env = {**os.environ, BROKEN_ENV: str(tmp_path / "gpu-broke")}
+    sets: tuple[str, ...] = ()
+    if hang:
+        broken_env[BROKEN_HANG_ENV] = "1"
+        sets = ("--set", "trials.parallel=2")
     healthy = dvt_hpo("run", str(study_file))
-    broken = dvt_hpo("run", str(study_file), env=broken_env)
+    broken = dvt_hpo("run", str(study_file), *sets, env=broken_env)
     results = []
     for proc in (healthy, broken):
         out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
@@ -69,8 +76,12 @@ def two_workers(study_file: Path, tmp_path: Path) -> tuple[tuple[int, str], tupl
     return results[0], results[1]
 
 
-def check_study_after_a_broken_node(study_file: Path, tmp_path: Path) -> None:
-    (healthy_code, healthy_out), (broken_code, broken_out) = two_workers(study_file, tmp_path)
+def check_study_after_a_broken_node(
+    study_file: Path, tmp_path: Path, *, hang: bool = False
+) -> None:
+    (healthy_code, healthy_out), (broken_code, broken_out) = two_workers(
+        study_file, tmp_path, hang=hang
+    )
     host = socket.gethostname()
     assert (tmp_path / "gpu-broke").exists(), broken_out  # its first trial ran there
     assert broken_code == 1, broken_out
@@ -89,15 +100,24 @@ def check_study_after_a_broken_node(study_file: Path, tmp_path: Path) -> None:
     assert len(recovery.counted_numbers(trials)) == N_TRIALS
     assert len(failed) >= 3
     by_number = {t.number: t for t in trials}
+    ended = [t for t in failed if t.user_attrs.get("status") == "interrupted"]
+    if hang:
+        # The trial stuck on its GPU was ended when the worker stopped, and retried too.
+        assert "this node looks broken: stopping 1 running trial(s)" in broken_out, broken_out
+        assert len(ended) == 1, [(t.number, t.user_attrs.get("status")) for t in failed]
+    else:
+        assert ended == []
     for t in failed:
+        copies = [c for c in complete if t.number in recovery.retry_history(c)]
+        assert len(copies) == 1, t.number
+        assert copies[0].params == t.params
+        if t in ended:
+            continue
         # Failed of the machine on the broken worker, and retried with its params by a COMPLETE
         # copy: the healthy worker's (the broken one stopped).
         assert t.user_attrs["machine_failure"] == "CUDA launch failure", t.user_attrs
         assert "unspecified launch failure" in t.user_attrs["reason"]
         assert t.system_attrs[recovery.MACHINE_ATTR] == "CUDA launch failure"
-        copies = [c for c in complete if t.number in recovery.retry_history(c)]
-        assert len(copies) == 1, t.number
-        assert copies[0].params == t.params
     # The row that stopped it is recorded with its host, and `status` shows it.
     storage = study._storage
     (node,) = stopped_nodes(storage, study._study_id)
@@ -125,8 +145,26 @@ def test_a_broken_node_stops_and_the_healthy_worker_finishes_on_sqlite(
 
 
 @pytest.mark.processes
-def test_a_broken_node_stops_and_the_healthy_worker_finishes_on_postgres(
+def test_a_broken_node_ends_its_running_trial_and_the_healthy_worker_finishes_on_postgres(
     write_study: Callable[..., Path], unique_name: str, tmp_path: Path, postgres_url: str
 ) -> None:
     study_file = write_study(broken_study(unique_name, postgres_url))
-    check_study_after_a_broken_node(study_file, tmp_path)
+    check_study_after_a_broken_node(study_file, tmp_path, hang=True)
+
+
+@pytest.mark.processes
+def test_a_failure_of_the_params_stays_a_plain_counted_failure(
+    run_study: Callable[[dict[str, Any]], optuna.Study], unique_name: str, tmp_path: Path
+) -> None:
+    doc = broken_study(unique_name, f"sqlite:///{tmp_path / 'params.db'}", study={"n_trials": 6})
+    doc["trainer"]["config"] = {"curve": [0.1], "fail_above": 0.7}
+    study = run_study(doc)
+    trials = study.get_trials(deepcopy=False)
+    failed = [t for t in trials if t.state.name == "FAIL"]
+    assert failed and len(trials) == 6, [(t.number, t.params) for t in trials]
+    for t in failed:
+        assert t.user_attrs["reason"].startswith("ValueError: x=")
+        assert "machine_failure" not in t.user_attrs
+        assert recovery.MACHINE_ATTR not in t.system_attrs
+    assert len(recovery.counted_numbers(trials)) == 6  # each failure counts, none retried
+    assert stopped_nodes(study._storage, study._study_id) == []
