@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import math
 import shutil
+import signal
 import socket
 import threading
 import time
@@ -20,7 +21,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.batch.cache import cache_key
-from dvt_hpo.process import launch
+from dvt_hpo.process import cgroup, launch
 from dvt_hpo.process.devices import Slot
 from dvt_hpo.process.gpu_share import GpuShare
 from dvt_hpo.process.tree import TrialProcess, describe_exit
@@ -104,6 +105,7 @@ class TrialRun:
         self.interrupted = False
         self.timed_out = False
         self.process: TrialProcess | None = None
+        self._oom_kills: int | None = None  # the cgroup's count when the trial started
         self.start_time = time.monotonic()
         self.trial_dir = self.spec.trials.runs_dir / f"trial-{self.number:04d}"
         self.thread = threading.Thread(
@@ -273,6 +275,7 @@ class TrialRun:
                 | ({"threads": int(threads)} if threads.isdigit() else {})
             )
             env[ENV_LAUNCHED] = repr(time.time())
+            self._oom_kills = cgroup.oom_kills()
             self.process = self.study.launcher.start(payload_path, env, self.trial_dir)
             kill_points.reached("trial:running")
             if self.process.warm:
@@ -348,6 +351,7 @@ class TrialRun:
             limits=Limits(spec.trials.timeout_s, spec.trials.memory_limit, self.slot.per_gpu),
             pruner=spec.study.pruner.kind,
         )
+        outcome = self._killed_by_cgroup_oom(outcome, returncode)
         if result is not None and result.startup_s is not None:
             # Launch to the entry point's call: what a warm start saves.
             self._set_attrs({"startup_s": result.startup_s})
@@ -458,6 +462,18 @@ class TrialRun:
             constraints=outcome.constraints,
             machine=machine,
         )
+
+    def _killed_by_cgroup_oom(self, outcome: Outcome, returncode: int | None) -> Outcome:
+        """A SIGKILL this worker did not send while the OOM killer of its cgroup (the Slurm
+        job's, the pod's) killed a process: say so, a failure of the machine (node_health)."""
+        sigkill = (-signal.SIGKILL, 128 + signal.SIGKILL)
+        if outcome.state != "FAIL" or outcome.retry or self.timed_out or returncode not in sigkill:
+            return outcome
+        after = cgroup.oom_kills()
+        if self._oom_kills is None or after is None or after <= self._oom_kills:
+            return outcome
+        reason = f"{outcome.reason}: {node_health.CGROUP_OOM_REASON}"
+        return dataclasses.replace(outcome, reason=reason)
 
     def _machine_failure(self, outcome: Outcome) -> tuple[str | None, bool]:
         """The kind of machine error a FAIL met (:mod:`dvt_hpo.study.node_health`), and whether
