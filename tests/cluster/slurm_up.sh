@@ -72,6 +72,13 @@ fi
 chown -R munge:munge /etc/munge /run/munge /var/lib/munge /var/log/munge
 chmod 0700 /etc/munge
 chmod 0400 /etc/munge/munge.key
+# The daemons outlive this script: none may inherit a descriptor of the caller's, above all the
+# one `flock /tmp/dvt-slurm.lock` holds its lock on (a munged holding it kept every later Slurm
+# test waiting for good). The flock process keeps its own, so the lock holds until we exit.
+for fd_path in /proc/$$/fd/*; do
+  fd=${fd_path##*/}
+  if [ "$fd" -gt 2 ] 2>/dev/null && [ "$fd" != 255 ]; then eval "exec $fd>&-"; fi
+done
 if ! running /run/munge/munged.pid; then
   runuser -u munge -- munged
 fi
