@@ -9,7 +9,9 @@
   whatever the lr);
 - a run that finished trials and completed or pruned none exits 1 with the most common reason.
 
-Interrupted attempts (Ctrl-C, SIGTERM) are not failures of the trial and count for none.
+Interrupted attempts (Ctrl-C, SIGTERM) are not failures of the trial and count for none; nor
+do attempts that failed of the machine and are retried (their outcome is marked interrupted too):
+a broken node is :mod:`dvt_hpo.study.node_health`'s rule, which stops only the worker on it.
 """
 
 from __future__ import annotations

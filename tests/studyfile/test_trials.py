@@ -172,3 +172,12 @@ def test_too_many_trials_for_the_shares_is_refused_at_parallel(
         load_runnable(path)
     assert (info.value.line, info.value.field) == (9, "trials.parallel")
     assert "selects 1 GPU(s) (0) x trials.per_gpu=2 = 2 trial slot(s)" in info.value.message
+
+
+def test_node_failures_is_read_and_refused_below_zero(write: Callable[..., Path]) -> None:
+    assert load_spec(write(BASE)).trials.node_failures == 3
+    spec = load_spec(write(BASE + "trials:\n  node_failures: 0\n"))
+    assert spec.trials.node_failures == 0
+    with pytest.raises(SpecError, match="node_failures") as err:
+        load_spec(write(BASE + "trials:\n  node_failures: -1\n"))
+    assert "study.yaml" in str(err.value)
