@@ -168,3 +168,31 @@ def test_a_failure_of_the_params_stays_a_plain_counted_failure(
         assert recovery.MACHINE_ATTR not in t.system_attrs
     assert len(recovery.counted_numbers(trials)) == 6  # each failure counts, none retried
     assert stopped_nodes(study._storage, study._study_id) == []
+
+
+@pytest.mark.processes
+def test_a_lone_broken_worker_leaves_its_trials_for_the_rerun(
+    write_study: Callable[..., Path], unique_name: str, tmp_path: Path
+) -> None:
+    """Alone on a broken machine, a worker stops after 3 attempts and spends none of the
+    budget: their copies wait, and the rerun on a healthy machine runs them first."""
+    doc = broken_study(unique_name, "sqlite:///lone.db", study={"n_trials": 4})
+    doc["trainer"]["config"]["sleep_s"] = 0.0
+    study_file = write_study(doc)
+    broken = dvt_hpo("run", str(study_file), env={**os.environ, BROKEN_ENV: str(tmp_path / "m")})
+    out, err = broken.communicate(timeout=RUN_TIMEOUT_S)
+    assert broken.returncode == 1, out + err
+    assert err.strip().splitlines()[-1].startswith(f"error: node {socket.gethostname()} looks")
+    study, _ = load(study_file)
+    trials = study.get_trials(deepcopy=False)
+    assert [t.state.name for t in trials].count("COMPLETE") == 1
+    assert [t.state.name for t in trials].count("WAITING") == 1  # one chain, failed 3 times
+    waiting = next(t for t in trials if t.state.name == "WAITING")
+    assert recovery.machine_retries(waiting) == 3
+    rerun = dvt_hpo("run", str(study_file))
+    out, err = rerun.communicate(timeout=RUN_TIMEOUT_S)
+    assert rerun.returncode == 0, out + err
+    trials = study.get_trials(deepcopy=False)
+    complete = [t for t in trials if t.state.name == "COMPLETE"]
+    assert len(complete) == 4 and len(recovery.counted_numbers(trials)) == 4
+    assert any(t.params == waiting.params for t in complete)
