@@ -54,6 +54,8 @@ class StudyHandle:
     finished: Callable[[TrialOutcome], None]
     fail_attempt: Callable[[int], bool]  # FAIL one of our attempts and have its copy enqueued
     worker_stopped: threading.Event  # set when the worker is told to stop (Ctrl-C, SIGTERM)
+    # study.budget.strict: why the budget is spent (None while it is not), asked at each report.
+    over_budget: Callable[[], str | None] | None = None
 
 
 __all__ = ["Retrying", "StudyHandle"]

@@ -41,6 +41,7 @@ from dvt_hpo.store.storage import retry_callback, supports_heartbeat
 from dvt_hpo.study import kill_points, stale
 from dvt_hpo.study.budget import (
     OVER_BUDGET_ATTR,
+    PRIOR_ATTR,
     RETRY_HISTORY_ATTR,
     Attempt,
     uncounted,
@@ -58,7 +59,7 @@ HEARTBEAT_ATTR = stale.HEARTBEAT_ATTR  # journal storages: the trial's last hear
 # because Optuna's retry callback copies system attrs onto the copy: a copy never matches.
 RETRY_ATTR = "dvt_hpo:retry"
 # The system attributes the ledger reads of every trial.
-_LEDGER_ATTRS = (OVER_BUDGET_ATTR, RETRY_ATTR, RETRY_HISTORY_ATTR)
+_LEDGER_ATTRS = (OVER_BUDGET_ATTR, RETRY_ATTR, RETRY_HISTORY_ATTR, PRIOR_ATTR)
 _log = logging.getLogger(__name__)
 
 
@@ -274,6 +275,7 @@ class Ledger:
         self._unfinished: set[int] = set()
         self._failed: set[int] = set()
         self._over_budget: set[int] = set()
+        self._prior: set[int] = set()  # copied from an earlier study (warm_start)
         self._superseded_by: dict[int, int] = {}  # FAIL number -> first copy that retries it
 
     def refresh(self) -> None:
@@ -332,12 +334,16 @@ class Ledger:
             self._failed.add(number)
         if entry.over_budget:
             self._over_budget.add(number)
+        if system_attrs.get(PRIOR_ATTR):
+            self._prior.add(number)
 
     def used(self, below: int | None = None) -> int:
         """Trials that count, among those numbered below ``below`` (all by default); a FAIL
         counts as superseded only by a copy numbered below ``below`` too."""
         limit = len(self._entries) if below is None else min(below, len(self._entries))
-        gone = uncounted(self._failed, self._over_budget, self._superseded_by, below=limit)
+        gone = uncounted(
+            self._failed, self._over_budget, self._superseded_by, below=limit, prior=self._prior
+        )
         return limit - len(gone)
 
     def budget(self, is_ours: Callable[[int], bool]) -> Budget:
@@ -370,6 +376,7 @@ def counted_numbers(trials: list[optuna.trial.FrozenTrial]) -> set[int]:
             t.state.name,
             bool(t.system_attrs.get(OVER_BUDGET_ATTR)),
             tuple(retry_history(t)),
+            prior=bool(t.system_attrs.get(PRIOR_ATTR)),
         )
         for t in trials
     )

@@ -103,6 +103,10 @@ class TrialRun:
         self.stop_event = threading.Event()
         self.interrupted = False
         self.timed_out = False
+        # study.budget.strict: why it was stopped; _unanswered: by the loop, not by a report's
+        # answer (so its process is stopped at once rather than left to exit on its own).
+        self.over_budget: str | None = None
+        self._unanswered_stop = False
         self.process: TrialProcess | None = None
         self.start_time = time.monotonic()
         self.trial_dir = self.spec.trials.runs_dir / f"trial-{self.number:04d}"
@@ -148,6 +152,10 @@ class TrialRun:
 
             with self.study.lock:
                 prune = self.study.db(decide, "a pruning decision")
+        if not prune and self.study.over_budget is not None and self.over_budget is None:
+            # After this report is stored: an epochs budget counts it, so the stop is exact.
+            self.over_budget = self.study.over_budget()
+            prune = self.over_budget is not None
         if prune:
             self.pruned_step = int(step)
             self.stop_event.set()
@@ -172,6 +180,16 @@ class TrialRun:
     # -- life -------------------------------------------------------------------------
     def start(self) -> None:
         self.thread.start()
+
+    def stop_over_budget(self, why: str) -> None:
+        """``study.budget.strict``: stop now; recorded PRUNED at its last report (FAIL, not
+        retried, without one)."""
+        if self.over_budget is None:
+            self.over_budget = why
+        self._unanswered_stop = True
+        if self.pruned_step is None and self.history:
+            self.pruned_step = self.history[-1][0]
+        self.stop_event.set()
 
     def interrupt(self) -> None:
         self.interrupted = True
@@ -285,7 +303,9 @@ class TrialRun:
             if not self.stop_event.wait(spec.trials.timeout_s):
                 self.timed_out = True
             self.phase = Phase.STOPPING
-            stopped_by_answer = self.pruned_step is not None or self.diverged is not None
+            stopped_by_answer = (
+                self.pruned_step is not None or self.diverged is not None
+            ) and not self._unanswered_stop
             if stopped_by_answer and self.process.poll() is None:
                 # The chief raises TrialPruned on the decision and exits on its own; a signal
                 # now would turn its clean "pruned" into "stopped". The grace bounds the wait.
@@ -348,6 +368,9 @@ class TrialRun:
             limits=Limits(spec.trials.timeout_s, spec.trials.memory_limit, self.slot.per_gpu),
             pruner=spec.study.pruner.kind,
         )
+        if self.over_budget is not None and outcome.state != "COMPLETE":
+            why = f"stopped: {self.over_budget} (study.budget.strict)"
+            outcome = dataclasses.replace(outcome, reason=why, retry=False)
         if result is not None and result.startup_s is not None:
             # Launch to the entry point's call: what a warm start saves.
             self._set_attrs({"startup_s": result.startup_s})
@@ -371,6 +394,9 @@ class TrialRun:
             attrs["history"] = history_attr(self.history)
         if self.pruned_step is not None:
             attrs["pruned_step"] = self.pruned_step
+        if self.over_budget is not None and outcome.state != "COMPLETE":
+            attrs["status"] = "over-budget"
+            attrs["over_budget"] = self.over_budget
         strays = getattr(self.process, "strays", None)
         if strays:
             # Processes that left the trial's group, found by its token and stopped.
