@@ -37,9 +37,9 @@ def test_a_trial_counts_its_gpus_or_its_threads() -> None:
     assert compute_budget.slot_units(Slot(0, "3", None, per_gpu=4), 1, {})["gpus"] == 0.25
     cpu = compute_budget.slot_units(Slot(0, "", 4), 2, {})
     assert cpu == {"gpus": 0.0, "cpu_threads": 8}  # torchrun on the CPU: 2 processes x 4
-    assert compute_budget.slot_units(Slot(0, "", 4), 1, {"OMP_NUM_THREADS": "3"})[
-        "cpu_threads"
-    ] == 3
+    assert (
+        compute_budget.slot_units(Slot(0, "", 4), 1, {"OMP_NUM_THREADS": "3"})["cpu_threads"] == 3
+    )
 
 
 def _trial(
