@@ -43,6 +43,9 @@ __all__ = [
     "Spent",
     "budget_text",
     "check_slots",
+    "event_attrs",
+    "status_line",
+    "totals",
     "exhausted",
     "mark_started",
     "record_units",
@@ -271,6 +274,34 @@ def watch(
     if spec.study.budget is None:
         return None
     return BudgetWatch(spec.study.budget, storage, study_id, started, study_lock=study_lock, db=db)
+
+
+def totals(budget: BudgetSpec) -> dict[str, float]:
+    """``{limit: total}`` of the limits set (MLflow's params, the run's settings)."""
+    return dict(_limits(budget))
+
+
+def event_attrs(budget: BudgetSpec, spent: Spent) -> dict[str, Any]:
+    """What a finished trial's event carries of the budget: ``budget`` (spent / total, as
+    text) and ``budget_spent.<limit>`` (numbers), for the progress view and MLflow."""
+    return {
+        "budget": budget_text(budget, spent),
+        **{f"budget_spent.{limit}": round(spent.of(limit), 6) for limit, _ in _limits(budget)},
+    }
+
+
+def status_line(
+    storage: Any, study_id: int, spec: StudySpec, now: float | None = None
+) -> str | None:
+    """``study.budget`` spent / total as ``status`` and the report show it (None without one)."""
+    budget = spec.study.budget
+    if budget is None:
+        return None
+    now = time.time() if now is None else now
+    started = storage.get_study_system_attrs(study_id).get(STARTED_ATTR, now)
+    spent = ComputeLedger(storage, study_id).spent(float(started), now)
+    line = budget_text(budget, spent)
+    return f"{line} (spent: no new trials)" if exhausted(budget, spent) else line
 
 
 def record_units(storage: Any, trial_id: int, slot: Slot, spec: StudySpec) -> None:

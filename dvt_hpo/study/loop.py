@@ -263,7 +263,8 @@ class StudyRunner:
                 n_done=self._n_done(),
                 study_file=str(spec.path.resolve()),
                 space=study_settings(spec)["space"],
-                settings={k: v for k, v in study_settings(spec).items() if k != "space"},
+                settings={k: v for k, v in study_settings(spec).items() if k != "space"}
+                | ({"budget": compute_budget.totals(b)} if (b := spec.study.budget) else {}),
             )
         )
         exit_code = 1
@@ -573,13 +574,16 @@ class StudyRunner:
 
     def _record(self, outcome: TrialOutcome) -> None:
         self.outcomes.append(outcome)
+        if self.compute is not None:
+            with contextlib.suppress(Exception):  # informative: the loop counts again anyway
+                spent = self.compute.spent()
+                outcome.user_attrs.update(compute_budget.event_attrs(self.compute.budget, spent))
         event = outcome.event()
         if self._prints_trial_lines:
             self.out(run_messages.trial_line(event, self.spec.objective.names))
         self.observers.trial_finished(event)
-        if self.compute is not None:
-            with contextlib.suppress(Exception):  # informative: the loop counts again anyway
-                self.out(f"budget: {self.compute.text()}")
+        if "budget" in event.user_attrs and self._prints_trial_lines:
+            self.out(f"budget: {event.user_attrs['budget']}")
 
     def _n_done(self) -> int:
         states = (recovery.trial_state("COMPLETE"), recovery.trial_state("PRUNED"))

@@ -25,6 +25,7 @@ from dvt_hpo.study.budget import (
     Attempt,
     uncounted_attempts,
 )
+from dvt_hpo.study.compute_budget import status_line
 from dvt_hpo.study.front import no_feasible_message, select_best
 from dvt_hpo.study.messages import fmt_params
 from dvt_hpo.study.outcome import reason_of
@@ -308,21 +309,8 @@ def read_status(
         front=front,
         no_feasible=no_feasible,
         not_counted=not_counted,
-        budget=_budget_line(storage, study_id, spec, now),
+        budget=status_line(storage, study_id, spec, now),
     )
-
-
-def _budget_line(storage: Any, study_id: int, spec: StudySpec, now: float) -> str | None:
-    from dvt_hpo.study import compute_budget
-
-    budget = spec.study.budget
-    if budget is None:
-        return None
-    started = storage.get_study_system_attrs(study_id).get(compute_budget.STARTED_ATTR, now)
-    spent = compute_budget.ComputeLedger(storage, study_id).spent(float(started), now)
-    line = compute_budget.budget_text(budget, spent)
-    why = compute_budget.exhausted(budget, spent)
-    return f"{line} (spent: no new trials)" if why else line
 
 
 def _best_trial(trial: optuna.trial.FrozenTrial) -> BestTrial:
