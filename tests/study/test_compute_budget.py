@@ -136,3 +136,40 @@ def test_separate_workers_stop_strictly(
     # Each report is counted before the check: at most one report per worker past it.
     assert 10 <= epochs <= 11, out1 + out2
     assert "over-budget" in status, status
+
+
+def test_status_the_report_and_mlflow_show_spent_over_total(
+    write_study: Callable[..., Path], tmp_path: Path
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from dvt_hpo.studyfile import load_spec
+    from dvt_hpo.views.status import show_status
+    from tests.conftest import run_keeping_failures
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    doc = toy_study(
+        "shown",
+        study={"n_trials": 10, "budget": {"epochs": 5}},
+        tracking={"mlflow": {"tracking_uri": uri, "experiment": "budget"}},
+    )
+    spec = load_spec(write_study(doc))
+    lines: list[str] = []
+    study = run_keeping_failures(spec, lines)
+    assert len(study.trials) == 2, lines  # 3 epochs each: spent during the second
+    assert "budget: epochs 3/5" in lines and "budget: epochs 6/5" in lines, lines
+    assert "budget: epochs 6/5 (spent: no new trials)" in show_status(spec)
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("budget")
+    (parent,) = [
+        r
+        for r in client.search_runs([experiment.experiment_id])
+        if "mlflow.parentRunId" not in r.data.tags
+    ]
+    history = client.get_metric_history(parent.info.run_id, "budget_spent.epochs")
+    assert sorted((m.step, m.value) for m in history) == [(0, 3.0), (1, 6.0)]
+    assert "epochs" in parent.data.params["settings.budget"]
+    pytest.importorskip("plotly")
+    from dvt_hpo.views.html_report import render_report
+
+    assert "budget: epochs 6/5 (spent: no new trials)" in render_report(study, spec)
