@@ -138,6 +138,7 @@ def test_separate_workers_stop_strictly(
     assert "over-budget" in status, status
 
 
+@pytest.mark.processes
 def test_status_the_report_and_mlflow_show_spent_over_total(
     write_study: Callable[..., Path], tmp_path: Path
 ) -> None:
@@ -173,3 +174,23 @@ def test_status_the_report_and_mlflow_show_spent_over_total(
     from dvt_hpo.views.html_report import render_report
 
     assert "budget: epochs 6/5 (spent: no new trials)" in render_report(study, spec)
+
+
+@pytest.mark.processes
+def test_a_strict_hours_budget_stops_a_trial_that_never_reports(
+    write_study: Callable[..., Path],
+) -> None:
+    from dvt_hpo.studyfile import load_spec
+    from tests.conftest import run_keeping_failures
+
+    # 2 s of wall time; the trial sleeps 60 s without a report: the loop's wake stops it.
+    doc = toy_study("hours", study={"n_trials": 5, "budget": {"hours": 2 / 3600, "strict": True}})
+    doc["trainer"]["config"]["actions"] = [{"do": "sleep", "seconds": 60}]
+    lines: list[str] = []
+    study = run_keeping_failures(load_spec(write_study(doc)), lines)
+    (trial,) = study.trials
+    assert trial.state.name == "FAIL" and trial.user_attrs["status"] == "over-budget", lines
+    assert trial.user_attrs["duration_s"] < 20, lines
+    assert "study.budget.hours" in trial.user_attrs["reason"], trial.user_attrs["reason"]
+    # Not retried: an over-budget stop is the budget's decision, not a crash.
+    assert not any(t.state.name == "WAITING" for t in study.trials)

@@ -28,6 +28,7 @@ def _run(spec: object) -> tuple[optuna.Study, list[str]]:
     return runner.run(), lines
 
 
+@pytest.mark.processes
 def test_enqueued_configs_run_first_and_once(write_study: Callable[..., Path]) -> None:
     doc = toy_study("seeded", study={"n_trials": 3, "enqueue": [{"x": 0.125}, {"x": 0.75}]})
     spec = load_spec(write_study(doc))
@@ -70,6 +71,7 @@ def _earlier(url: str, spec: object, *, objective: dict | None = None) -> None:
     )
 
 
+@pytest.mark.processes
 def test_warm_start_enqueues_the_best_that_fit_and_copies_results(
     write_study: Callable[..., Path],
 ) -> None:
