@@ -587,7 +587,9 @@ class StudyRunner:
 
     def _n_done(self) -> int:
         states = (recovery.trial_state("COMPLETE"), recovery.trial_state("PRUNED"))
-        return len(self.study.get_trials(deepcopy=False, states=states))
+        done = self.study.get_trials(deepcopy=False, states=states)
+        # Trials copied from an earlier study (warm_start.copy_results) were not run here.
+        return sum(1 for t in done if not t.system_attrs.get(recovery.PRIOR_ATTR))
 
     def _study_ended(self, exit_code: int) -> None:
         event = StudyEnded(0, None, None, None, exit_code)

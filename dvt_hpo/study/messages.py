@@ -191,6 +191,8 @@ def summary_lines(
     for t in trials:
         if t.system_attrs.get(recovery.OVER_BUDGET_ATTR):
             state = "over budget (not counted)"
+        elif t.system_attrs.get(recovery.PRIOR_ATTR):
+            state = "copied from an earlier study (not counted)"
         elif t.number not in counted:
             state = "failed and retried"
         else:

@@ -387,6 +387,7 @@ __all__ = [
     "trial_state",
     "HEARTBEAT_ATTR",
     "OVER_BUDGET_ATTR",
+    "PRIOR_ATTR",
     "RETRY_ATTR",
     "Budget",
     "Ledger",

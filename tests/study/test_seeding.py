@@ -92,6 +92,7 @@ def test_warm_start_enqueues_the_best_that_fit_and_copies_results(
     # Its COMPLETE trials that fit, for the sampler; not counted in n_trials (2 ran).
     assert sorted(t.params["x"] for t in copied) == [0.1, 0.6, 0.7], lines
     assert all(not t.intermediate_values for t in copied)
+    assert any("2 complete, 3 copied from an earlier study (not counted)" in x for x in lines)
 
 
 def test_copy_results_needs_the_same_objective(write_study: Callable[..., Path]) -> None:
