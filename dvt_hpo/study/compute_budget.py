@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -43,14 +44,11 @@ __all__ = [
     "Spent",
     "budget_text",
     "check_slots",
-    "event_attrs",
-    "status_line",
-    "totals",
     "exhausted",
     "mark_started",
-    "record_units",
     "shares",
     "slot_units",
+    "status_line",
     "watch",
 ]
 
@@ -225,7 +223,8 @@ class ComputeLedger:
 
 
 class BudgetWatch:
-    """A run's view of ``study.budget``: what is spent, and whether a limit is reached."""
+    """A run's view of ``study.budget``: what is spent, whether a limit is reached, and the
+    launch gate and strict stops that follow (:func:`watch`)."""
 
     def __init__(
         self,
@@ -239,10 +238,15 @@ class BudgetWatch:
     ) -> None:
         self.budget = budget
         self.started_at = started_at
+        self._storage = storage
         self._ledger = ComputeLedger(storage, study_id)
         self._study_lock = study_lock
         self._db = db
-        self.said = False  # the "spent" line is said once per run
+        self._stopper: threading.Thread | None = None
+
+    @property
+    def strict(self) -> bool:
+        return self.budget.strict
 
     def spent(self) -> Spent:
         with self._study_lock:
@@ -251,43 +255,86 @@ class BudgetWatch:
     def exhausted(self) -> str | None:
         return exhausted(self.budget, self.spent())
 
-    def text(self) -> str:
-        return budget_text(self.budget, self.spent())
+    def event_attrs(self) -> dict[str, Any]:
+        """What a finished trial's event carries: ``budget`` (spent / total, as text),
+        ``budget_spent.<limit>`` and ``budget_total.<limit>`` (numbers), for the run's lines,
+        the progress bar and MLflow."""
+        spent = self.spent()
+        return {
+            "budget": budget_text(self.budget, spent),
+            **{f"budget_spent.{k}": round(spent.of(k), 6) for k, _ in _limits(self.budget)},
+            **{f"budget_total.{k}": total for k, total in _limits(self.budget)},
+        }
 
-    @property
-    def strict(self) -> bool:
-        return self.budget.strict
+    def record_units(self, trial_id: int, slot: Slot, nproc_per_node: int) -> None:
+        units = slot_units(slot, nproc_per_node)
+        with self._study_lock:
+            self._db(
+                lambda: self._storage.set_trial_system_attr(trial_id, UNITS_ATTR, units),
+                "recording",
+            )
+
+    def attach(self, runner: Any) -> None:
+        """Chain the budget into ``runner.launch_gate``: no trial starts once it is spent (the
+        loop says why once and waits for its running trials). With ``strict``, the running
+        trials are stopped too: by the gate, by each report (:class:`TrialRun`), and by a
+        thread that looks every heartbeat interval while the loop runs, for trials that
+        report rarely or never."""
+        previous = runner.launch_gate
+
+        def gate(study: Any) -> str | None:
+            refused = previous(study) if previous is not None else None
+            if refused is not None:
+                return refused
+            if self.strict and self._stopper is None:
+                self._stopper = threading.Thread(
+                    target=self._stop_when_spent, args=(runner,), name="budget", daemon=True
+                )
+                self._stopper.start()
+            why = self.exhausted()
+            if why is None:
+                return None
+            running = list(runner.running.values())
+            if not running:
+                return f"{why}: no new trials"
+            if not self.strict:
+                return f"{why}: no new trials; waiting for {len(running)} running trial(s)"
+            for run in running:
+                run.stop_over_budget(why)
+            return f"{why}: no new trials; stopping {len(running)} running trial(s) (strict)"
+
+        runner.launch_gate = gate
+
+    def _stop_when_spent(self, runner: Any) -> None:
+        # The loop sets the runner's heartbeat stop event when it ends: so does this thread.
+        interval_s = float(runner.spec.study.heartbeat_interval_s)
+        while not runner._stop_heartbeat.wait(interval_s):
+            with contextlib.suppress(Exception):  # a lost database: the loop says so
+                why = self.exhausted()
+                if why is not None:
+                    for run in list(runner.running.values()):
+                        run.stop_over_budget(why)
+                    return
 
 
-def watch(
-    spec: StudySpec,
-    storage: Any,
-    study_id: int,
-    lock: Callable[[], Any],
-    study_lock: Any,
-    db: Callable[..., Any],
-) -> BudgetWatch | None:
-    """The run's :class:`BudgetWatch` (None without ``study.budget``). Every run marks the
-    study's start, so that a budget in ``hours`` added later counts from the first run."""
-    with study_lock:
-        started = db(lambda: mark_started(storage, study_id, lock), "marking the study's start")
+def watch(runner: Any) -> BudgetWatch | None:
+    """The :class:`BudgetWatch` of a :class:`~dvt_hpo.study.loop.StudyRunner` whose study is
+    open (None without ``study.budget``), attached to its launch gate."""
+    spec = runner.spec
     if spec.study.budget is None:
         return None
-    return BudgetWatch(spec.study.budget, storage, study_id, started, study_lock=study_lock, db=db)
-
-
-def totals(budget: BudgetSpec) -> dict[str, float]:
-    """``{limit: total}`` of the limits set (MLflow's params, the run's settings)."""
-    return dict(_limits(budget))
-
-
-def event_attrs(budget: BudgetSpec, spent: Spent) -> dict[str, Any]:
-    """What a finished trial's event carries of the budget: ``budget`` (spent / total, as
-    text) and ``budget_spent.<limit>`` (numbers), for the progress view and MLflow."""
-    return {
-        "budget": budget_text(budget, spent),
-        **{f"budget_spent.{limit}": round(spent.of(limit), 6) for limit, _ in _limits(budget)},
-    }
+    stored = runner.storage.get_study_system_attrs(runner.study_id).get(STARTED_ATTR)
+    started = float(stored) if stored is not None else time.time()
+    budget = BudgetWatch(
+        spec.study.budget,
+        runner.storage,
+        runner.study_id,
+        started,
+        study_lock=runner.study_lock,
+        db=runner.db,
+    )
+    budget.attach(runner)
+    return budget
 
 
 def status_line(
@@ -304,15 +351,9 @@ def status_line(
     return f"{line} (spent: no new trials)" if exhausted(budget, spent) else line
 
 
-def record_units(storage: Any, trial_id: int, slot: Slot, spec: StudySpec) -> None:
-    storage.set_trial_system_attr(
-        trial_id, UNITS_ATTR, slot_units(slot, spec.trials.nproc_per_node)
-    )
-
-
 def check_slots(spec: StudySpec, slots: Sequence[Slot]) -> None:
-    """A budget in GPU-hours alone on a worker that sees no GPU would never be spent: refused
-    (exit 2) before anything runs."""
+    """A budget in GPU-hours alone where no trial slot has a GPU would never be spent: refused
+    (exit 2) by ``run``'s and ``validate``'s machine checks, before anything is written."""
     budget = spec.study.budget
     if budget is None or budget.gpu_hours is None or budget.cpu_hours is not None:
         return
@@ -322,7 +363,7 @@ def check_slots(spec: StudySpec, slots: Sequence[Slot]) -> None:
 
     file, line = spec.locate("study.budget.gpu_hours")
     raise SpecError(
-        "counts GPU time, but this worker sees no GPU (trials.devices "
+        "counts GPU time, but no trial slot here has a GPU (trials.devices "
         f"{spec.trials.devices!r}): its trials would spend nothing; give the budget as "
         "cpu_hours (a trial's CPU threads x its duration) or run where GPUs are visible",
         file=file,

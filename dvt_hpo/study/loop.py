@@ -31,7 +31,7 @@ from dvt_hpo.store import lock as storage_lock
 from dvt_hpo.store import trial_config
 from dvt_hpo.store.errors import OutageRetry
 from dvt_hpo.store.redact import redact_url
-from dvt_hpo.study import compute_budget, kill_points, plateau, recovery, seeding, space, stop_rules
+from dvt_hpo.study import compute_budget, kill_points, plateau, recovery, space, stop_rules
 from dvt_hpo.study import messages as run_messages
 from dvt_hpo.study.events import (
     StudyEnded,
@@ -157,10 +157,6 @@ class StudyRunner:
                 f"{type(exc).__name__}: {first}"
             ) from exc
         self.cache = StudyCache(self.storage, self.study_id, self.study_lock)
-        # study.budget (None without one); its start is marked for every study.
-        self.compute = compute_budget.watch(
-            self.spec, self.storage, self.study_id, self.retry_lock, self.study_lock, self.db
-        )
         self.handle = StudyHandle(
             spec=self.spec,
             study=self.study,
@@ -174,16 +170,13 @@ class StudyRunner:
             finished=self.events.put,
             fail_attempt=self.fail_attempt,
             worker_stopped=self.worker_stopped,
-            over_budget=self.compute.exhausted if self.compute and self.compute.strict else None,
+            budget=compute_budget.watch(self),  # study.budget: gates launches, strict stops
         )
         self.ledger = recovery.Ledger(
             self.study, self.storage, self.study_id, max_retries=self.spec.trials.max_retries
         )
         self.config_key = trial_config.store_base(self.storage, self.study_id, self.spec)
         self._reconcile()
-        seeding.seed_study(
-            self.study, self.storage, self.study_id, self.spec, self.retry_lock, self.out
-        )
         if self.retry_failed:
             numbers = recovery.retry_failed(self.study, lock=self.retry_lock)
             self.out(
@@ -263,8 +256,7 @@ class StudyRunner:
                 n_done=self._n_done(),
                 study_file=str(spec.path.resolve()),
                 space=study_settings(spec)["space"],
-                settings={k: v for k, v in study_settings(spec).items() if k != "space"}
-                | ({"budget": compute_budget.totals(b)} if (b := spec.study.budget) else {}),
+                settings={k: v for k, v in study_settings(spec).items() if k != "space"},
             )
         )
         exit_code = 1
@@ -290,7 +282,6 @@ class StudyRunner:
                 nproc_per_node=spec.trials.nproc_per_node,
                 per_gpu=spec.trials.per_gpu,
             )
-            compute_budget.check_slots(spec, slots)
             packing = spec.trials.per_gpu > 1  # also said when ignored (no GPU)
             self.out(
                 f"study {spec.study.name!r} on {where}: "
@@ -371,12 +362,7 @@ class StudyRunner:
                         launching = False
                         self.out(refused)
                 foreign = 0
-                if launching and self._budget_spent():
-                    launching = False
                 while launching and free_slots:
-                    if self._budget_spent():
-                        launching = False
-                        break
                     budget = self.budget()
                     # A failed attempt whose copy is not enqueued yet (its worker died on the
                     # way) is waited on like a foreign trial: the sweep enqueues it.
@@ -431,23 +417,6 @@ class StudyRunner:
             self._stop_heartbeat.set()
         return stop_message
 
-    def _budget_spent(self) -> bool:
-        """Whether ``study.budget`` is spent: said once; with ``strict`` the running trials
-        are stopped then (each recorded as stopped over budget)."""
-        why = self.compute.exhausted() if self.compute is not None else None
-        if why is None or self.compute is None:
-            return False
-        if not self.compute.said:
-            self.compute.said = True
-            running = f"; waiting for {len(self.running)} running trial(s)" if self.running else ""
-            if self.compute.strict and self.running:
-                running = f"; stopping {len(self.running)} running trial(s) (strict)"
-            self.out(f"{why}: no new trials{running}")
-            if self.compute.strict:
-                for run in self.running.values():
-                    run.stop_over_budget(why)
-        return True
-
     def _plateau_reached(self, outcome: TrialOutcome) -> bool:
         """Whether ``study.plateau`` stops launching after ``outcome`` (said once, here)."""
         if self._plateau is None:
@@ -496,8 +465,6 @@ class StudyRunner:
             # Until its first heartbeat only its start time tells other workers it is alive
             # (dvt_hpo.study.stale): record one at once.
             recovery.record_heartbeat(self.storage, trial_id)
-            if self.compute is not None:
-                compute_budget.record_units(self.storage, trial_id, slot, spec)
             kill_points.reached("start:heartbeat")
             retried = recovery.retried_trial_number(self.storage.get_trial(trial_id))
             # A copy stands in its original's place (the first of its chain): over budget
@@ -574,22 +541,15 @@ class StudyRunner:
 
     def _record(self, outcome: TrialOutcome) -> None:
         self.outcomes.append(outcome)
-        if self.compute is not None:
-            with contextlib.suppress(Exception):  # informative: the loop counts again anyway
-                spent = self.compute.spent()
-                outcome.user_attrs.update(compute_budget.event_attrs(self.compute.budget, spent))
         event = outcome.event()
         if self._prints_trial_lines:
             self.out(run_messages.trial_line(event, self.spec.objective.names))
         self.observers.trial_finished(event)
-        if "budget" in event.user_attrs and self._prints_trial_lines:
-            self.out(f"budget: {event.user_attrs['budget']}")
 
     def _n_done(self) -> int:
         states = (recovery.trial_state("COMPLETE"), recovery.trial_state("PRUNED"))
         done = self.study.get_trials(deepcopy=False, states=states)
-        # Trials copied from an earlier study (warm_start.copy_results) were not run here.
-        return sum(1 for t in done if not t.system_attrs.get(recovery.PRIOR_ATTR))
+        return sum(not t.system_attrs.get(recovery.PRIOR_ATTR) for t in done)  # not copied ones
 
     def _study_ended(self, exit_code: int) -> None:
         event = StudyEnded(0, None, None, None, exit_code)

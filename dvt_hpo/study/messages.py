@@ -150,9 +150,11 @@ def trial_line(event: TrialFinished, metric: str | Sequence[str]) -> str:
     if extra and isinstance(cap, int):
         extra += f" (search capped at the {cap} training samples per process)"
     reason = f" reason: {event.reason}" if event.reason and event.state != "COMPLETE" else ""
+    # study.budget: spent / total once this trial is counted.
+    budget = f" | budget {event.user_attrs['budget']}" if event.user_attrs.get("budget") else ""
     return (
         f"trial {event.number:>3} {event.state:<8} {value:<18} "
-        f"{event.duration_s:6.1f}s  {fmt_params(event.params)}{extra}{reason}"
+        f"{event.duration_s:6.1f}s  {fmt_params(event.params)}{extra}{reason}{budget}"
     )
 
 

@@ -152,9 +152,10 @@ class TrialRun:
 
             with self.study.lock:
                 prune = self.study.db(decide, "a pruning decision")
-        if not prune and self.study.over_budget is not None and self.over_budget is None:
+        budget = self.study.budget
+        if not prune and budget is not None and budget.strict and self.over_budget is None:
             # After this report is stored: an epochs budget counts it, so the stop is exact.
-            self.over_budget = self.study.over_budget()
+            self.over_budget = budget.exhausted()
             prune = self.over_budget is not None
         if prune:
             self.pruned_step = int(step)
@@ -290,6 +291,8 @@ class TrialRun:
                 # --export` carries them, as a thread count changes the numbers.
                 | ({"threads": int(threads)} if threads.isdigit() else {})
             )
+            if self.study.budget is not None:  # what this trial occupies, for study.budget
+                self.study.budget.record_units(self.trial_id, self.slot, spec.trials.nproc_per_node)
             env[ENV_LAUNCHED] = repr(time.time())
             self.process = self.study.launcher.start(payload_path, env, self.trial_dir)
             kill_points.reached("trial:running")
@@ -458,6 +461,10 @@ class TrialRun:
                     "recording",
                 )
         self._apply_keep_logs(outcome.state)
+        if self.study.budget is not None:
+            # After the tell: the study's spent / total with this trial, for the observers.
+            with contextlib.suppress(Exception):
+                attrs.update(self.study.budget.event_attrs())
         bs = self.attrs.get("batch_size")
         return TrialOutcome(
             number=self.number,

@@ -221,8 +221,6 @@ class ProgressObserver(BaseObserver):
             if budget:
                 self._progress.update(self._task, description=f"trials ({budget})")
         self.out(trial_line(event, self.metrics))
-        if budget and self._progress is None:
-            self.out(f"budget: {budget}")
 
     def study_ended(self, event: StudyEnded) -> None:
         if self._progress is not None:

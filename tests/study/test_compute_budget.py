@@ -158,7 +158,12 @@ def test_status_the_report_and_mlflow_show_spent_over_total(
     lines: list[str] = []
     study = run_keeping_failures(spec, lines)
     assert len(study.trials) == 2, lines  # 3 epochs each: spent during the second
-    assert "budget: epochs 3/5" in lines and "budget: epochs 6/5" in lines, lines
+    trial_lines = [x for x in lines if x.startswith("trial ") and "COMPLETE" in x]
+    assert [x.rpartition(" | ")[2] for x in trial_lines] == [
+        "budget epochs 3/5",
+        "budget epochs 6/5",
+    ]
+    assert "study.budget.epochs=5 spent (6 epochs): no new trials" in lines, lines
     assert "budget: epochs 6/5 (spent: no new trials)" in show_status(spec)
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name("budget")
@@ -169,7 +174,7 @@ def test_status_the_report_and_mlflow_show_spent_over_total(
     ]
     history = client.get_metric_history(parent.info.run_id, "budget_spent.epochs")
     assert sorted((m.step, m.value) for m in history) == [(0, 3.0), (1, 6.0)]
-    assert "epochs" in parent.data.params["settings.budget"]
+    assert parent.data.metrics["budget_total.epochs"] == 5.0
     pytest.importorskip("plotly")
     from dvt_hpo.views.html_report import render_report
 

@@ -53,7 +53,8 @@ def test_workers_starting_together_enqueue_once(
     study = write_study(doc)
     code, out = Orchestrator(study, "--workers", "3").finish()
     assert code == 0, out
-    xs = [t.params["x"] for t in load_trials(study)]
+    # Workers that lost the race for the last trial closed their extra ask (no params).
+    xs = [t.params["x"] for t in load_trials(study) if t.state.name == "COMPLETE"]
     assert len(xs) == 4 and all(xs.count(s["x"]) == 1 for s in seeds), out
 
 
