@@ -12,9 +12,10 @@ every worker and every resume shares one figure.
 
 Every attempt's compute counts, a failed or interrupted one too (it was spent); trials copied
 from an earlier study (``warm_start.copy_results``) and trials closed as over ``n_trials`` at
-once do not. A worker starts no trial once any limit is spent; ``strict`` also stops the trials
-then running (:class:`BudgetWatch`). Two workers may both see the budget unspent and launch at
-the same instant, so at most one trial per slot of each worker runs past it.
+once do not. A worker starts no trial once any limit is spent (:func:`watch` chains the budget
+into the run's launch gate); ``strict`` also stops the trials then running
+(:class:`BudgetWatch`). Two workers may both see the budget unspent and launch at the same
+instant, so at most one trial per slot of each worker runs past it.
 
 Finished trials never change, so each is read once; only unfinished ones are read again.
 """
@@ -46,7 +47,6 @@ __all__ = [
     "check_slots",
     "exhausted",
     "mark_started",
-    "shares",
     "slot_units",
     "status_line",
     "watch",
@@ -95,11 +95,6 @@ def budget_text(budget: BudgetSpec, spent: Spent) -> str:
         f"{limit} {_show(limit, spent.of(limit))}/{_show(limit, total)}"
         for limit, total in _limits(budget)
     )
-
-
-def shares(budget: BudgetSpec, spent: Spent) -> dict[str, float]:
-    """``{limit: spent / total}`` (for a progress bar: the largest share is how far it is)."""
-    return {limit: spent.of(limit) / total for limit, total in _limits(budget)}
 
 
 def slot_units(
