@@ -1,6 +1,6 @@
 """What seeding and a budget in epochs buy, on the LCBench surrogate (issue 28).
 
-    python benchmarks/seeding_budget.py --quick        # 2 tasks x 1 seed, budget 8 (~10 s)
+    python benchmarks/seeding_budget.py --quick        # 2 tasks x 1 seed, budget 8 (~10-20 s)
     python benchmarks/seeding_budget.py                # 6 tasks x 3 seeds, budget 20
 
 1. **Warm start against a cold start.** For a task and a neighbour (the *nearest* task: the
