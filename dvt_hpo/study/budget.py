@@ -7,7 +7,9 @@ Every trial counts except:
   retries in its ``retry_history`` system attr; ``run --retry-failed`` and the stale-heartbeat
   rule both make one) takes its place, so retrying never spends more of the budget;
 - a trial closed as over budget (:data:`OVER_BUDGET_ATTR`): asked for by a worker that lost a
-  race for the last trial of the budget and closed at once without running.
+  race for the last trial of the budget and closed at once without running;
+- a trial copied from an earlier study (:data:`PRIOR_ATTR`, ``study.warm_start.copy_results``):
+  prior knowledge for the sampler, run by another study.
 
 So after ``run --retry-failed`` of 2 failures in a 2-trial study, the 2 copies are the 2
 trials: ``run`` says "2/2 trials; nothing to run" and ``status`` "2/2 trials finished".
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "OVER_BUDGET_ATTR",
+    "PRIOR_ATTR",
     "RETRY_HISTORY_ATTR",
     "Attempt",
     "first_superseding",
@@ -31,10 +34,13 @@ __all__ = [
 ]
 
 OVER_BUDGET_ATTR = "dvt_hpo:over_budget"  # closed at once: asked past the budget by a race
+# Set on a trial copied from an earlier study (its "study#number"): never counted, never run.
+PRIOR_ATTR = "dvt_hpo:prior"
 RETRY_HISTORY_ATTR = "retry_history"  # Optuna's retry callback: the attempts a copy retries
 
 NOT_COUNTED_RETRIED = "failed and retried"
 NOT_COUNTED_OVER_BUDGET = "over budget"
+NOT_COUNTED_PRIOR = "copied from an earlier study"
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,7 @@ class Attempt:
     state: str  # COMPLETE | PRUNED | FAIL | RUNNING | WAITING
     over_budget: bool = False
     retries: tuple[int, ...] = ()  # its retry_history: the earlier attempts it retries
+    prior: bool = False  # copied from an earlier study (PRIOR_ATTR)
 
 
 def first_superseding(attempts: Iterable[Attempt]) -> dict[int, int]:
@@ -62,15 +69,17 @@ def uncounted(
     superseded_by: Mapping[int, int],
     *,
     below: int | None = None,
+    prior: Iterable[int] = (),
 ) -> dict[int, str]:
     """The trials that do not count, with why: ``over_budget`` ones, and ``failed`` ones a copy
-    supersedes. With ``below`` only trials numbered below it are considered, and a FAIL counts
+    supersedes, and ``prior`` ones (copied from an earlier study). With ``below`` only trials numbered below it are considered, and a FAIL counts
     as superseded only by a copy numbered below it too (the budget as it stood then)."""
 
     def within(number: int) -> bool:
         return below is None or number < below
 
     out = {n: NOT_COUNTED_OVER_BUDGET for n in over_budget if within(n)}
+    out.update({n: NOT_COUNTED_PRIOR for n in prior if within(n)})
     for n in failed:
         copy = superseded_by.get(n)
         if within(n) and n not in out and copy is not None and within(copy):
@@ -85,4 +94,5 @@ def uncounted_attempts(attempts: Iterable[Attempt]) -> dict[int, str]:
         (a.number for a in attempts if a.state == "FAIL"),
         (a.number for a in attempts if a.over_budget),
         first_superseding(attempts),
+        prior=(a.number for a in attempts if a.prior),
     )

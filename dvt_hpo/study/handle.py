@@ -21,6 +21,7 @@ from dvt_hpo.study.outcome import TrialOutcome
 if TYPE_CHECKING:
     import optuna
 
+    from dvt_hpo.study.compute_budget import BudgetWatch
     from dvt_hpo.studyfile.model import StudySpec
 
 T = TypeVar("T")
@@ -54,6 +55,9 @@ class StudyHandle:
     finished: Callable[[TrialOutcome], None]
     fail_attempt: Callable[[int], bool]  # FAIL one of our attempts and have its copy enqueued
     worker_stopped: threading.Event  # set when the worker is told to stop (Ctrl-C, SIGTERM)
+    # study.budget (None without one): a strict one is asked at each report; its spent / total
+    # goes with each finished trial's event.
+    budget: BudgetWatch | None = None
 
 
 __all__ = ["Retrying", "StudyHandle"]

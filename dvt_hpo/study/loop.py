@@ -31,7 +31,15 @@ from dvt_hpo.store import lock as storage_lock
 from dvt_hpo.store import trial_config
 from dvt_hpo.store.errors import OutageRetry
 from dvt_hpo.store.redact import redact_url
-from dvt_hpo.study import kill_points, plateau, recovery, space, stop_rules, stopped_nodes
+from dvt_hpo.study import (
+    compute_budget,
+    kill_points,
+    plateau,
+    recovery,
+    space,
+    stop_rules,
+    stopped_nodes,
+)
 from dvt_hpo.study import messages as run_messages
 from dvt_hpo.study.events import (
     StudyEnded,
@@ -170,6 +178,7 @@ class StudyRunner:
             finished=self.events.put,
             fail_attempt=self.fail_attempt,
             worker_stopped=self.worker_stopped,
+            budget=compute_budget.watch(self),  # study.budget: gates launches, strict stops
         )
         self.ledger = recovery.Ledger(
             self.study, self.storage, self.study_id, max_retries=self.spec.trials.max_retries
@@ -552,7 +561,8 @@ class StudyRunner:
 
     def _n_done(self) -> int:
         states = (recovery.trial_state("COMPLETE"), recovery.trial_state("PRUNED"))
-        return len(self.study.get_trials(deepcopy=False, states=states))
+        done = self.study.get_trials(deepcopy=False, states=states)
+        return sum(not t.system_attrs.get(recovery.PRIOR_ATTR) for t in done)  # not copied ones
 
     def _study_ended(self, exit_code: int) -> None:
         event = StudyEnded(0, None, None, None, exit_code)

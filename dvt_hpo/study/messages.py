@@ -150,9 +150,11 @@ def trial_line(event: TrialFinished, metric: str | Sequence[str]) -> str:
     if extra and isinstance(cap, int):
         extra += f" (search capped at the {cap} training samples per process)"
     reason = f" reason: {event.reason}" if event.reason and event.state != "COMPLETE" else ""
+    # study.budget: spent / total once this trial is counted.
+    budget = f" | budget {event.user_attrs['budget']}" if event.user_attrs.get("budget") else ""
     return (
         f"trial {event.number:>3} {event.state:<8} {value:<18} "
-        f"{event.duration_s:6.1f}s  {fmt_params(event.params)}{extra}{reason}"
+        f"{event.duration_s:6.1f}s  {fmt_params(event.params)}{extra}{reason}{budget}"
     )
 
 
@@ -191,6 +193,8 @@ def summary_lines(
     for t in trials:
         if t.system_attrs.get(recovery.OVER_BUDGET_ATTR):
             state = "over budget (not counted)"
+        elif t.system_attrs.get(recovery.PRIOR_ATTR):
+            state = "copied from an earlier study (not counted)"
         elif t.number not in counted:
             state = "failed and retried"
         else:

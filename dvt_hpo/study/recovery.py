@@ -46,6 +46,7 @@ from dvt_hpo.store.storage import (
 from dvt_hpo.study import kill_points, stale
 from dvt_hpo.study.budget import (
     OVER_BUDGET_ATTR,
+    PRIOR_ATTR,
     RETRY_HISTORY_ATTR,
     Attempt,
     uncounted,
@@ -69,6 +70,7 @@ _LEDGER_ATTRS = (
     RETRY_HISTORY_ATTR,
     MACHINE_ATTR,
     MACHINE_RETRIES_ATTR,
+    PRIOR_ATTR,
 )
 _log = logging.getLogger(__name__)
 
@@ -312,6 +314,7 @@ class Ledger:
         self._unfinished: set[int] = set()
         self._failed: set[int] = set()
         self._over_budget: set[int] = set()
+        self._prior: set[int] = set()  # copied from an earlier study (warm_start)
         self._superseded_by: dict[int, int] = {}  # FAIL number -> first copy that retries it
 
     def refresh(self) -> None:
@@ -372,12 +375,16 @@ class Ledger:
             self._failed.add(number)
         if entry.over_budget:
             self._over_budget.add(number)
+        if system_attrs.get(PRIOR_ATTR):
+            self._prior.add(number)
 
     def used(self, below: int | None = None) -> int:
         """Trials that count, among those numbered below ``below`` (all by default); a FAIL
         counts as superseded only by a copy numbered below ``below`` too."""
         limit = len(self._entries) if below is None else min(below, len(self._entries))
-        gone = uncounted(self._failed, self._over_budget, self._superseded_by, below=limit)
+        gone = uncounted(
+            self._failed, self._over_budget, self._superseded_by, below=limit, prior=self._prior
+        )
         return limit - len(gone)
 
     def budget(self, is_ours: Callable[[int], bool]) -> Budget:
@@ -415,6 +422,7 @@ def counted_numbers(trials: list[optuna.trial.FrozenTrial]) -> set[int]:
             t.state.name,
             bool(t.system_attrs.get(OVER_BUDGET_ATTR)),
             tuple(retry_history(t)),
+            prior=bool(t.system_attrs.get(PRIOR_ATTR)),
         )
         for t in trials
     )
@@ -427,6 +435,7 @@ __all__ = [
     "MACHINE_ATTR",
     "MACHINE_RETRIES_ATTR",
     "OVER_BUDGET_ATTR",
+    "PRIOR_ATTR",
     "RETRY_ATTR",
     "Budget",
     "Ledger",

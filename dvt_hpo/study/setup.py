@@ -4,6 +4,7 @@ and the batch-size cache every worker shares through the study's system attrs.""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import warnings
 from collections.abc import Callable
@@ -12,10 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.exceptions import SpecError
 from dvt_hpo.store import compat
+from dvt_hpo.store.lock import retry_lock
 from dvt_hpo.store.queries import count_trials
 from dvt_hpo.store.redact import redact_url
 from dvt_hpo.store.storage import HeartbeatSettings, create_or_load_study, study_storage
 from dvt_hpo.store.stored_study import StoredStudy
+from dvt_hpo.study.compute_budget import mark_started
+from dvt_hpo.study.seeding import seed_study
 
 if TYPE_CHECKING:
     import optuna
@@ -70,6 +74,10 @@ def open_study(
     study.pruner = build_pruner(spec.study.pruner)
     with contextlib.suppress(Exception):
         study.set_metric_names(list(spec.objective.names))
+    # Once per study, under its lock: its start (study.budget.hours), and its seeds.
+    lock = functools.partial(retry_lock, spec.study.storage, study_id)
+    mark_started(storage, study_id, lock)
+    seed_study(study, storage, study_id, spec, lock, out)
     return study, storage, study_id
 
 

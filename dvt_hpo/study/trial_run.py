@@ -104,6 +104,10 @@ class TrialRun:
         self.stop_event = threading.Event()
         self.interrupted = False
         self.timed_out = False
+        # study.budget.strict: why it was stopped; _unanswered: by the loop, not by a report's
+        # answer (so its process is stopped at once rather than left to exit on its own).
+        self.over_budget: str | None = None
+        self._unanswered_stop = False
         self.process: TrialProcess | None = None
         self._oom_kills: int | None = None  # the cgroup's count when the trial started
         self.start_time = time.monotonic()
@@ -150,6 +154,11 @@ class TrialRun:
 
             with self.study.lock:
                 prune = self.study.db(decide, "a pruning decision")
+        budget = self.study.budget
+        if not prune and budget is not None and budget.strict and self.over_budget is None:
+            # After this report is stored: an epochs budget counts it, so the stop is exact.
+            self.over_budget = budget.exhausted()
+            prune = self.over_budget is not None
         if prune:
             self.pruned_step = int(step)
             self.stop_event.set()
@@ -174,6 +183,16 @@ class TrialRun:
     # -- life -------------------------------------------------------------------------
     def start(self) -> None:
         self.thread.start()
+
+    def stop_over_budget(self, why: str) -> None:
+        """``study.budget.strict``: stop now; recorded PRUNED at its last report (FAIL, not
+        retried, without one)."""
+        if self.over_budget is None:
+            self.over_budget = why
+        self._unanswered_stop = True
+        if self.pruned_step is None and self.history:
+            self.pruned_step = self.history[-1][0]
+        self.stop_event.set()
 
     def interrupt(self) -> None:
         self.interrupted = True
@@ -274,6 +293,8 @@ class TrialRun:
                 # --export` carries them, as a thread count changes the numbers.
                 | ({"threads": int(threads)} if threads.isdigit() else {})
             )
+            if self.study.budget is not None:  # what this trial occupies, for study.budget
+                self.study.budget.record_units(self.trial_id, self.slot, spec.trials.nproc_per_node)
             env[ENV_LAUNCHED] = repr(time.time())
             self._oom_kills = cgroup.oom_kills()
             self.process = self.study.launcher.start(payload_path, env, self.trial_dir)
@@ -288,7 +309,9 @@ class TrialRun:
             if not self.stop_event.wait(spec.trials.timeout_s):
                 self.timed_out = True
             self.phase = Phase.STOPPING
-            stopped_by_answer = self.pruned_step is not None or self.diverged is not None
+            stopped_by_answer = (
+                self.pruned_step is not None or self.diverged is not None
+            ) and not self._unanswered_stop
             if stopped_by_answer and self.process.poll() is None:
                 # The chief raises TrialPruned on the decision and exits on its own; a signal
                 # now would turn its clean "pruned" into "stopped". The grace bounds the wait.
@@ -352,6 +375,9 @@ class TrialRun:
             pruner=spec.study.pruner.kind,
         )
         outcome = self._killed_by_cgroup_oom(outcome, returncode)
+        if self.over_budget is not None and outcome.state != "COMPLETE":
+            why = f"stopped: {self.over_budget} (study.budget.strict)"
+            outcome = dataclasses.replace(outcome, reason=why, retry=False)
         if result is not None and result.startup_s is not None:
             # Launch to the entry point's call: what a warm start saves.
             self._set_attrs({"startup_s": result.startup_s})
@@ -376,6 +402,9 @@ class TrialRun:
             attrs["history"] = history_attr(self.history)
         if self.pruned_step is not None:
             attrs["pruned_step"] = self.pruned_step
+        if self.over_budget is not None and outcome.state != "COMPLETE":
+            attrs["status"] = "over-budget"
+            attrs["over_budget"] = self.over_budget
         strays = getattr(self.process, "strays", None)
         if strays:
             # Processes that left the trial's group, found by its token and stopped.
@@ -446,6 +475,10 @@ class TrialRun:
                     "recording",
                 )
         self._apply_keep_logs(outcome.state)
+        if self.study.budget is not None:
+            # After the tell: the study's spent / total with this trial, for the observers.
+            with contextlib.suppress(Exception):
+                attrs.update(self.study.budget.event_attrs())
         bs = self.attrs.get("batch_size")
         return TrialOutcome(
             number=self.number,

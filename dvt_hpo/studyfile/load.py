@@ -21,6 +21,7 @@ from dvt_hpo.config.source import Doc, apply_override, parse_override, read_yaml
 from dvt_hpo.exceptions import SpecError
 from dvt_hpo.store.redact import redact_url
 from dvt_hpo.studyfile.batch import read_batch_size
+from dvt_hpo.studyfile.budget import read_budget
 from dvt_hpo.studyfile.cluster import read_cluster
 from dvt_hpo.studyfile.command import check_command
 from dvt_hpo.studyfile.defaults import derive_budget_settings
@@ -28,6 +29,7 @@ from dvt_hpo.studyfile.fields import Reader
 from dvt_hpo.studyfile.model import Condition, StudySpec
 from dvt_hpo.studyfile.objective import read_objective
 from dvt_hpo.studyfile.search import read_search_space
+from dvt_hpo.studyfile.seeding import read_seeding
 from dvt_hpo.studyfile.study import check_algorithms, read_study, read_tracking
 from dvt_hpo.studyfile.trainer import read_trainer
 from dvt_hpo.studyfile.trials import check_packing, read_trials
@@ -109,6 +111,7 @@ def read_study_file(path: str | Path, overrides: Sequence[str] = ()) -> tuple[Do
     batch_size = read_batch_size(reader, root, schema, trainer.config, dims)
     check_command(reader, trainer, dims, batch_size)
     tracking = read_tracking(reader, root)
+    study = read_seeding(reader, root, read_budget(reader, root, study, trials), dims)
     study = derive_budget_settings(study, trainer.config, dims)
     cluster = read_cluster(reader, root, trials.runs_dir)
     check_algorithms(reader, study, dims)
@@ -148,4 +151,6 @@ def spec_to_dict(spec: StudySpec) -> dict[str, Any]:
     data.pop("locations", None)
     data.pop("overrides", None)
     data["study"]["storage"] = redact_url(spec.study.storage)
+    if spec.study.warm_start is not None and spec.study.warm_start.storage is not None:
+        data["study"]["warm_start"]["storage"] = redact_url(spec.study.warm_start.storage)
     return data

@@ -21,6 +21,7 @@ __all__ = [
     "BUILTIN_ENTRYPOINT",
     "COMMAND_ENTRYPOINT",
     "BatchSizeSpec",
+    "BudgetSpec",
     "ClusterSpec",
     "Condition",
     "ConstraintSpec",
@@ -36,6 +37,7 @@ __all__ = [
     "TrackingSpec",
     "TrainerSpec",
     "TrialsSpec",
+    "WarmStartSpec",
 ]
 
 BUILTIN_ENTRYPOINT = "dvt_hpo.train:run"
@@ -65,6 +67,29 @@ class PlateauSpec:
 
 
 @dataclass(frozen=True)
+class BudgetSpec:
+    """``study.budget``: limits in compute beside ``n_trials``, whichever comes first, for the
+    whole study across workers and resumes (:mod:`dvt_hpo.study.compute_budget`)."""
+
+    gpu_hours: float | None = rule(None, gt=0)  # a trial's GPUs x its duration, summed
+    cpu_hours: float | None = rule(None, gt=0)  # a CPU trial's threads x its duration, summed
+    epochs: int | None = rule(None, ge=1)  # reports of the objective, summed over trials
+    hours: float | None = rule(None, gt=0)  # wall time since the study's first run
+    strict: bool = rule(False)  # True: the trials running when it is spent are stopped
+
+
+@dataclass(frozen=True)
+class WarmStartSpec:
+    """``study.warm_start``: run the ``top`` best feasible configs of an earlier study first
+    (:mod:`dvt_hpo.study.seeding`); ``copy_results`` adds its finished trials for the sampler."""
+
+    study: str = rule(what="a study name")
+    storage: str | None = domain(None)  # resolved URL; None: this study's storage
+    top: int = rule(5, ge=1)
+    copy_results: bool = rule(False)
+
+
+@dataclass(frozen=True)
 class StudySection:
     name: str = rule(what="a non-empty string")
     # Resolved URL (relative sqlite/journal paths made absolute against the study file's folder).
@@ -83,6 +108,10 @@ class StudySection:
     # Long enough for a server restart or a fail-over before the run gives up.
     storage_retry_s: float = rule(120.0, ge=0)
     plateau: PlateauSpec | None = domain(None)
+    budget: BudgetSpec | None = domain(None)  # read by dvt_hpo.studyfile.budget
+    # Configs run first, once per study ({dimension name: value}); read by studyfile.seeding.
+    enqueue: tuple[dict[str, Any], ...] = domain(())
+    warm_start: WarmStartSpec | None = domain(None)
 
 
 @dataclass(frozen=True)

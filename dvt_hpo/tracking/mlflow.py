@@ -434,6 +434,14 @@ class MlflowObserver(BaseObserver):
             self.client.log_text(run_id, str(attrs["stderr_tail"]), "stderr_tail.txt")
         self.client.log_batch(run_id, metrics=metrics, params=params, tags=tags)
         self.client.set_terminated(run_id, _STATUS.get(event.state, "FAILED"))
+        # study.budget: spent (one point per trial) and total, on the parent run.
+        budget = [
+            Metric(_key(k), float(v), timestamp_ms, event.number)
+            for k, v in attrs.items()
+            if k.startswith(("budget_spent.", "budget_total.")) and isinstance(v, (int, float))
+        ]
+        if budget and self.parent_id is not None:
+            self.client.log_batch(self.parent_id, metrics=budget)
         # "Best" has a meaning for one objective and a feasible trial only.
         single = "," not in self._direction
         if (

@@ -186,6 +186,7 @@ def _best_text(study: optuna.Study, spec: StudySpec) -> str:
 def render_report(study: optuna.Study, spec: StudySpec) -> str:
     _require_plotly()
     from dvt_hpo.store.redact import redact_url
+    from dvt_hpo.study.compute_budget import status_line
 
     trials = study.get_trials(deepcopy=False)
     counts: dict[str, int] = {}
@@ -206,6 +207,9 @@ def render_report(study: optuna.Study, spec: StudySpec) -> str:
         + "</div>",
         f"<p>{html.escape(_best_text(study, spec))}</p>",
     ]
+    budget = status_line(study._storage, study._study_id, spec)
+    if budget is not None:
+        parts.append(f'<p class="budget">budget: {html.escape(budget)}</p>')
     js_included = False
     constrained = bool(spec.objective.constraints)
     for heading, plot in _sections(study, list(spec.objective.names), constrained):

@@ -215,8 +215,11 @@ class ProgressObserver(BaseObserver):
             self.running.pop(event.number, None)
             self.done += 1
             self.done_here += 1
+        budget = event.user_attrs.get("budget")  # study.budget: spent / total
         if self._progress is not None:
             self._progress.update(self._task, completed=self.done)
+            if budget:
+                self._progress.update(self._task, description=f"trials ({budget})")
         self.out(trial_line(event, self.metrics))
 
     def study_ended(self, event: StudyEnded) -> None:

@@ -18,7 +18,14 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.store.queries import engine_of, state_counts
-from dvt_hpo.study.budget import OVER_BUDGET_ATTR, RETRY_HISTORY_ATTR, Attempt, uncounted_attempts
+from dvt_hpo.study.budget import (
+    OVER_BUDGET_ATTR,
+    PRIOR_ATTR,
+    RETRY_HISTORY_ATTR,
+    Attempt,
+    uncounted_attempts,
+)
+from dvt_hpo.study.compute_budget import status_line
 from dvt_hpo.study.front import no_feasible_message, select_best
 from dvt_hpo.study.messages import fmt_params
 from dvt_hpo.study.outcome import reason_of
@@ -79,6 +86,7 @@ class StudyStatus:
     pruned: list[FailedTrial] = field(default_factory=list)  # the last pruned, newest first
     # Finished trials that do not count towards n_trials (dvt_hpo.study.budget), by why.
     not_counted: dict[str, int] = field(default_factory=dict)
+    budget: str | None = None  # study.budget spent / total (dvt_hpo.study.compute_budget)
 
     @property
     def finished(self) -> int:
@@ -136,6 +144,7 @@ def _uncounted(storage: Any, study_id: int) -> dict[int, str]:
                 t.state.name,
                 bool(t.system_attrs.get(OVER_BUDGET_ATTR)),
                 tuple(t.system_attrs.get(RETRY_HISTORY_ATTR) or ()),
+                prior=bool(t.system_attrs.get(PRIOR_ATTR)),
             )
             for t in trials
         )
@@ -146,9 +155,14 @@ def _uncounted(storage: Any, study_id: int) -> dict[int, str]:
             sqlalchemy.text(
                 "SELECT t.number, a.key, a.value_json FROM trial_system_attributes a "
                 "JOIN trials t ON t.trial_id = a.trial_id "
-                "WHERE t.study_id = :sid AND a.key IN (:retries, :over)"
+                "WHERE t.study_id = :sid AND a.key IN (:retries, :over, :prior)"
             ),
-            {"sid": study_id, "retries": RETRY_HISTORY_ATTR, "over": OVER_BUDGET_ATTR},
+            {
+                "sid": study_id,
+                "retries": RETRY_HISTORY_ATTR,
+                "over": OVER_BUDGET_ATTR,
+                "prior": PRIOR_ATTR,
+            },
         ).all()
         if not marked:
             return {}
@@ -158,15 +172,18 @@ def _uncounted(storage: Any, study_id: int) -> dict[int, str]:
         ).all()
     retries: dict[int, tuple[int, ...]] = {}
     over: set[int] = set()
+    prior: set[int] = set()
     for number, key, value in marked:
         if key == RETRY_HISTORY_ATTR:
             retries[int(number)] = tuple(int(n) for n in json.loads(value) or ())
         elif json.loads(value):
-            over.add(int(number))
+            (prior if key == PRIOR_ATTR else over).add(int(number))
     fails = {int(n) for (n,) in failed}
-    numbers = fails | over | set(retries)
+    numbers = fails | over | prior | set(retries)
     return uncounted_attempts(
-        Attempt(n, "FAIL" if n in fails else "OTHER", n in over, retries.get(n, ()))
+        Attempt(
+            n, "FAIL" if n in fails else "OTHER", n in over, retries.get(n, ()), prior=n in prior
+        )
         for n in numbers
     )
 
@@ -292,6 +309,7 @@ def read_status(
         front=front,
         no_feasible=no_feasible,
         not_counted=not_counted,
+        budget=status_line(storage, study_id, spec, now),
     )
 
 
@@ -327,6 +345,8 @@ def format_status(status: StudyStatus) -> str:
         + ", ".join(f"{n} {s.lower()}" for s, n in counts.items())
         + "".join(f"; {n} {why} (not counted)" for why, n in status.not_counted.items()),
     ]
+    if status.budget is not None:
+        lines.append(f"  budget: {status.budget}")
     names = status.metrics or [status.metric]
     if status.no_feasible is not None:
         lines.append(f"best trial: none feasible: {status.no_feasible}")
