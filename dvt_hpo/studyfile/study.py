@@ -405,7 +405,9 @@ def check_algorithms(r: Reader, study: StudySection, dims: Sequence[Dimension]) 
                 warnings.simplefilter("ignore")
                 build()
         except (ValueError, TypeError) as exc:
-            raise r.err(key, f"Optuna rejects the arguments: {exc}") from None
+            ours = key[-1] == "pruner" and study.pruner.kind in MULTI_OBJECTIVE_PRUNERS
+            who = "MOASHAPruner" if ours else "Optuna"
+            raise r.err(key, f"{who} rejects the arguments: {exc}") from None
 
 
 def _annotation_text(param: inspect.Parameter) -> str:
