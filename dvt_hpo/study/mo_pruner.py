@@ -234,7 +234,8 @@ def report_and_prune(
     """Store the report's objective values if ``step`` enters a new rung, and decide there.
 
     A report missing an objective (or holding a non-finite one) enters no rung: it cannot be
-    compared. The caller holds its study lock; the write lands in storage before the read."""
+    compared. The caller holds its study lock; the write lands in storage before the read.
+    The record keeps its step, so a call retried through a storage outage decides again."""
     pruner: Any = study.pruner
     if not isinstance(pruner, MOASHAPruner):
         return False
@@ -246,11 +247,16 @@ def report_and_prune(
         return False
     storage = study._storage
     key = f"{RUNG_ATTR_PREFIX}{rung}"
-    if key in storage.get_trial_system_attrs(trial_id):
-        return False
-    record = {
-        "values": [float(v) for v in values],  # type: ignore[arg-type]
-        "violation": violation_of(metrics, constraints),
-    }
-    storage.set_trial_system_attr(trial_id, key, record)
+    stored = storage.get_trial_system_attrs(trial_id).get(key)
+    if isinstance(stored, dict) and stored.get("step") != int(step):
+        return False  # decided at the report that entered this rung
+    if stored is None:
+        record = {
+            "values": [float(v) for v in values],  # type: ignore[arg-type]
+            "violation": violation_of(metrics, constraints),
+            "step": int(step),
+        }
+        storage.set_trial_system_attr(trial_id, key, record)
+    # A stored record of this very step: the call is retried after a storage outage (a step
+    # is reported once), and decides on what it stored the first time.
     return pruner.prune(study, storage.get_trial(trial_id))

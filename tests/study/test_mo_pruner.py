@@ -160,9 +160,19 @@ def test_a_rung_decides_once_and_steps_between_rungs_decide_nothing() -> None:
     trial = study.ask()
     tid = trial._trial_id
     assert report_and_prune(study, tid, 1, {"acc": 0.1, "time": 9.0}, NAMES)
-    # Step 2 is no rung; step 1 again does not decide again.
+    # Step 2 enters no new rung (rung 1 was entered at step 1): no second decision there.
     assert not report_and_prune(study, tid, 2, {"acc": 0.1, "time": 18.0}, NAMES)
-    assert not report_and_prune(study, tid, 1, {"acc": 0.1, "time": 9.0}, NAMES)
+
+
+def test_a_call_retried_after_an_outage_decides_on_what_it_stored() -> None:
+    study = _study()
+    _curve(study, 0.9, 1.0, epochs=1)
+    tid = study.ask()._trial_id
+    assert report_and_prune(study, tid, 1, {"acc": 0.1, "time": 9.0}, NAMES)
+    # The same report again (the first call's write landed, its answer was lost).
+    assert report_and_prune(study, tid, 1, {"acc": 0.1, "time": 9.0}, NAMES)
+    stored = study.trials[-1].system_attrs[f"{RUNG_ATTR_PREFIX}1"]
+    assert stored == {"values": [0.1, 9.0], "violation": 0.0, "step": 1}
 
 
 def test_a_report_missing_an_objective_enters_no_rung() -> None:
