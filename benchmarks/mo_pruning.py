@@ -62,8 +62,11 @@ SAMPLERS: dict[str, dict[str, Any]] = {
 }
 PRUNERS: dict[str, dict[str, Any]] = {
     "none": {"kind": "none"},
-    "mo_asha": {"kind": "mo_asha"},  # min_resource 1, reduction_factor 3
-    "mo_asha-eta2": {"kind": "mo_asha", "reduction_factor": 2},
+    # dvt-hpo's defaults: the first rung at a tenth of the epochs (5 of 52), reduction_factor 3.
+    "mo_asha": {"kind": "mo_asha"},
+    # MO-ASHA's own defaults (Syne Tune: grace_period 1, reduction_factor 3).
+    "mo_asha-r1": {"kind": "mo_asha", "min_resource": 1},
+    "mo_asha-r9": {"kind": "mo_asha", "min_resource": 9},
 }
 QUICK_TASKS = ("3945", "167168", "189906")
 FULL_BUDGET = 30
@@ -340,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--budget", type=int, help=f"full trainings' worth of epochs ({FULL_BUDGET})")
     p.add_argument("--samplers", default="random,nsga2,tpe")
-    p.add_argument("--pruners", default="none,mo_asha,mo_asha-eta2")
+    p.add_argument("--pruners", default="none,mo_asha,mo_asha-r1,mo_asha-r9")
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--check", type=int, default=0, help="studies run through dvt-hpo run first")
     args = p.parse_args(argv)

@@ -11,7 +11,7 @@ import pytest
 
 from dvt_hpo.studyfile import load_spec
 from tests.conftest import REPO_ROOT
-from tests.studyfile.helpers import BASE, bad_file_test, case
+from tests.studyfile.helpers import BASE, DIM_LINE, bad_file_test, case
 from tests.studyfile.test_objective import ITEM_2, multi_study
 
 EXAMPLE = REPO_ROOT / "studies" / "multi-objective-pruned.yaml"
@@ -88,7 +88,7 @@ test_mo_asha_is_refused_where_it_cannot_apply = bad_file_test(BAD)
 @pytest.mark.parametrize(
     ("line", "kwargs"),
     [
-        ("  pruner: mo_asha", {}),
+        ("  pruner: mo_asha", {"min_resource": 1}),  # a tenth of BASE's 1 epoch, at least 1
         (
             "  pruner: {kind: mo_asha, min_resource: 2, reduction_factor: 2, min_trials: 3}",
             {"min_resource": 2, "reduction_factor": 2, "min_trials": 3},
@@ -109,3 +109,26 @@ def test_the_example_study_loads() -> None:
     assert spec.objective.directions == ("maximize", "minimize")
     assert spec.study.pruner.kind == "mo_asha"
     assert spec.study.pruner.kwargs == {"min_resource": 1, "reduction_factor": 3}
+
+
+@pytest.mark.parametrize(
+    ("config", "search", "pruner", "first"),
+    [
+        ("{epochs: 52}", "", "mo_asha", 5),
+        ("{epochs: 9}", "", "mo_asha", 1),
+        ("{epochs: 52}", "", "{kind: mo_asha, min_resource: 2}", 2),  # the file's own
+        (
+            "{epochs: 10}",
+            "  - {name: epochs, path: epochs, kind: int, low: 5, high: 30}\n",
+            "{kind: mo_asha, reduction_factor: 2}",
+            3,
+        ),
+        ("{seed: 0}", "", "mo_asha", 1),  # epochs not told
+    ],
+)
+def test_the_first_rung_is_a_tenth_of_the_epochs(
+    write: Callable[..., Path], config: str, search: str, pruner: str, first: int
+) -> None:
+    text = multi_study(f"  pruner: {pruner}").replace("config: {epochs: 1}", f"config: {config}")
+    spec = load_spec(write(text.replace(DIM_LINE + "\n", DIM_LINE + "\n" + search)))
+    assert spec.study.pruner.kwargs["min_resource"] == first
