@@ -341,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="3 tasks x 2 seeds, budget 10")
     p.add_argument("--tasks", default="8", help="a count (spread over the 34), 'all' or ids")
     p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--first-seed", type=int, default=0, help="seeds from this one on")
     p.add_argument("--budget", type=int, help=f"full trainings' worth of epochs ({FULL_BUDGET})")
     p.add_argument("--samplers", default="random,nsga2,tpe")
     p.add_argument("--pruners", default="none,mo_asha,mo_asha-r1,mo_asha-r9")
@@ -369,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         for s in samplers
         for pr in pruners
         for t in tasks
-        for seed in range(seeds)
+        for seed in range(args.first_seed, args.first_seed + seeds)
     ]
     start = time.perf_counter()
     if args.jobs > 1:
