@@ -14,8 +14,10 @@ and hyperparameters", NAS workshop at ICLR 2021; Schmucker et al. 2021; Syne Tun
 ``MOASHA`` scheduler):
 
 1. Rungs are at steps ``min_resource * reduction_factor ** (min_early_stopping_rate + k)``,
-   ``k = 0, 1, ...`` (Optuna's successive-halving rungs). A report at step ``s`` enters the
-   highest rung ``<= s`` the trial has not entered yet; other reports decide nothing.
+   ``k = 0, 1, ...`` (Optuna's successive-halving rungs), below ``max_resource`` (a trial is
+   never stopped at its last step, as Syne Tune's scheduler never stops a trial at ``max_t``).
+   A report at step ``s`` enters the highest rung ``<= s`` the trial has not entered yet;
+   other reports decide nothing.
 2. At its rung the trial is ranked among every trial recorded there (running, complete or
    pruned; failed attempts are left out, their retries count): feasible points first, by
    non-dominated front and, within a front, by crowding distance (NSGA-II's, larger first;
@@ -161,7 +163,9 @@ class MOASHAPruner(optuna.pruners.BasePruner):
 
     ``min_resource``: the first rung's step; ``reduction_factor``: the growth of rungs and the
     inverse of the share kept at each; ``min_early_stopping_rate``: rungs skipped at the start;
-    ``min_trials``: the other trials a rung must hold before it stops one (1: MO-ASHA's)."""
+    ``min_trials``: the other trials a rung must hold before it stops one (1: MO-ASHA's);
+    ``max_resource``: the last step a trial reports, where no rung is (a trial that trained
+    every epoch is never thrown away; None: no bound)."""
 
     def __init__(
         self,
@@ -169,6 +173,7 @@ class MOASHAPruner(optuna.pruners.BasePruner):
         reduction_factor: float = 3,
         min_early_stopping_rate: int = 0,
         min_trials: int = 1,
+        max_resource: int | None = None,
     ) -> None:
         if isinstance(min_resource, bool) or not isinstance(min_resource, int) or min_resource < 1:
             raise ValueError(f"min_resource must be an integer >= 1, got {min_resource!r}")
@@ -180,16 +185,20 @@ class MOASHAPruner(optuna.pruners.BasePruner):
             )
         if min_trials < 1:
             raise ValueError(f"min_trials must be >= 1, got {min_trials!r}")
+        if max_resource is not None and max_resource < 1:
+            raise ValueError(f"max_resource must be >= 1 or null, got {max_resource!r}")
+        self.max_resource = max_resource
         self.min_resource = min_resource
         self.reduction_factor = float(reduction_factor)
         self.min_early_stopping_rate = min_early_stopping_rate
         self.min_trials = min_trials
 
     def rung_at(self, step: int) -> int | None:
-        """The highest rung step ``<= step`` (None before the first)."""
+        """The highest rung step ``<= step`` and below ``max_resource`` (None before the first)."""
         rung = None
         k = self.min_early_stopping_rate
-        while (milestone := self.min_resource * self.reduction_factor**k) <= step:
+        top = step if self.max_resource is None else min(step, self.max_resource - 1)
+        while (milestone := self.min_resource * self.reduction_factor**k) <= top:
             rung = int(milestone)
             k += 1
         return rung

@@ -32,10 +32,10 @@ def derive_budget_settings(
     instead: Hyperband's ``max_resource`` is the trainer's epochs (``trainer.config.epochs``,
     or the largest value of an ``epochs`` dimension), so its brackets are right from the first
     trial on. Left to Optuna (``auto``) when the file does not say how many epochs a trial runs.
-    ``mo_asha``'s first rung (``min_resource``) is a tenth of those epochs."""
+    ``mo_asha``'s first rung (``min_resource``) is a tenth of those epochs, its last below them."""
     pruner = study.pruner
-    if pruner.kind == "mo_asha" and "min_resource" not in pruner.kwargs:
-        return _mo_asha_first_rung(study, trainer_config, dims)
+    if pruner.kind == "mo_asha":
+        return _mo_asha_rungs(study, trainer_config, dims)
     if pruner.kind != "hyperband" or "max_resource" in pruner.kwargs:
         return study
     epochs = _epochs(trainer_config, dims)
@@ -60,14 +60,19 @@ def _epochs(trainer_config: Mapping[str, Any], dims: Sequence[Dimension]) -> int
     return epochs
 
 
-def _mo_asha_first_rung(
+def _mo_asha_rungs(
     study: StudySection, trainer_config: Mapping[str, Any], dims: Sequence[Dimension]
 ) -> StudySection:
-    """``mo_asha``'s first rung, unless the file sets it: a tenth of the epochs (at least 1;
-    1 when the file does not say). On LCBench (52 epochs) a first rung at epoch 1, MO-ASHA's
-    own default, lost hypervolume to no pruning, and one at 5 to 9 gained under every sampler
-    (docs/multi-objective-pruning.md): learning curves still cross in their first epochs."""
+    """``mo_asha``'s rungs, where the file does not set them: the first (``min_resource``) at a
+    tenth of the epochs (at least 1; 1 when the file does not say), none at or past
+    ``max_resource`` = epochs - 1 (a trial reporting steps 0..E-1 is never stopped at its last,
+    one reporting 1..E not at its last two). On LCBench (52 epochs) a first rung at epoch 1,
+    MO-ASHA's own default, lost hypervolume to no pruning, and one at 5 to 9 gained under every
+    sampler (docs/multi-objective-pruning.md): learning curves still cross in their first
+    epochs."""
     epochs = _epochs(trainer_config, dims)
-    first = max(1, epochs // 10) if epochs is not None else 1
-    kwargs = {**study.pruner.kwargs, "min_resource": first}
+    kwargs = dict(study.pruner.kwargs)
+    kwargs.setdefault("min_resource", max(1, epochs // 10) if epochs is not None else 1)
+    if epochs is not None:
+        kwargs.setdefault("max_resource", max(1, epochs - 1))
     return dataclasses.replace(study, pruner=PrunerSpec(study.pruner.kind, kwargs))

@@ -103,13 +103,22 @@ def test_rungs_are_successive_halvings_steps() -> None:
     assert [pruner.rung_at(s) for s in (0, 1, 2, 5, 6, 17, 18, 100)] == [
         None, None, 2, 2, 6, 6, 18, 54,
     ]  # fmt: skip
+    # No rung at or past max_resource (the last step): steps 17 and 100 stay at rung 6.
+    bounded = MOASHAPruner(min_resource=2, reduction_factor=3, max_resource=18)
+    assert [bounded.rung_at(s) for s in (2, 17, 18, 100)] == [2, 6, 6, 6]
     assert MOASHAPruner(min_early_stopping_rate=1).rung_at(2) is None
     assert MOASHAPruner(min_early_stopping_rate=1).rung_at(3) == 3
 
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"min_resource": 0}, {"reduction_factor": 1}, {"min_trials": 0}, {"min_resource": 1.5}],
+    [
+        {"min_resource": 0},
+        {"reduction_factor": 1},
+        {"min_trials": 0},
+        {"min_resource": 1.5},
+        {"max_resource": 0},
+    ],
 )
 def test_bad_arguments_are_refused(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError, match=next(iter(kwargs))):

@@ -20,7 +20,7 @@ ETA = 3
 
 
 def expected_states(order: list[int]) -> list[str]:
-    """Successive halving on a chain, by hand: at rung 1 (the only rung before step 3 of 4),
+    """Successive halving on a chain, by hand: at rung 1 (the only rung before the last step),
     a trial is stopped when ``p / n > 1 / ETA``, ``p`` the trials before it that are better
     (lower rows), ``n`` the trials at the rung with it."""
     states = []
@@ -35,7 +35,7 @@ def test_dominated_trials_are_pruned(tmp_path: Path, unique_name: str) -> None:
         unique_name,
         trainer={
             "entrypoint": "tests.entrypoints.chain:run",
-            "config": {"x": 0, "epochs": 2, "points": POINTS},
+            "config": {"x": 0, "epochs": 3, "points": POINTS},
         },
         search_space=[
             {"name": "x", "path": "x", "kind": "categorical", "choices": list(range(len(POINTS)))}
@@ -66,9 +66,11 @@ def test_dominated_trials_are_pruned(tmp_path: Path, unique_name: str) -> None:
     for trial in trials:
         stored = trial.system_attrs[f"{RUNG_ATTR_PREFIX}1"]
         score, cost = POINTS[int(trial.params["x"])]
-        assert stored["values"] == pytest.approx([score, cost * 2])  # step 1 of 2 epochs
+        # Step 1 of steps 0..2: the only rung (none at the last step, max_resource 2).
+        assert stored["values"] == pytest.approx([score * 2 / 3, cost * 2])
+        assert f"{RUNG_ATTR_PREFIX}2" not in trial.system_attrs
         if trial.state.name == "PRUNED":
             assert trial.user_attrs["pruned_step"] == 1
             assert trial.user_attrs["reason"] == "pruned at step 1 by MOASHAPruner"
         else:
-            assert trial.values == pytest.approx([score, cost * 2])
+            assert trial.values == pytest.approx([score, cost * 3])

@@ -88,10 +88,11 @@ test_mo_asha_is_refused_where_it_cannot_apply = bad_file_test(BAD)
 @pytest.mark.parametrize(
     ("line", "kwargs"),
     [
-        ("  pruner: mo_asha", {"min_resource": 1}),  # a tenth of BASE's 1 epoch, at least 1
+        # A tenth of BASE's 1 epoch (at least 1); no rung at its last step.
+        ("  pruner: mo_asha", {"min_resource": 1, "max_resource": 1}),
         (
             "  pruner: {kind: mo_asha, min_resource: 2, reduction_factor: 2, min_trials: 3}",
-            {"min_resource": 2, "reduction_factor": 2, "min_trials": 3},
+            {"min_resource": 2, "reduction_factor": 2, "min_trials": 3, "max_resource": 1},
         ),
     ],
 )
@@ -108,27 +109,36 @@ def test_the_example_study_loads() -> None:
     assert spec.objective.names == ("macro_f1", "latency_ms")
     assert spec.objective.directions == ("maximize", "minimize")
     assert spec.study.pruner.kind == "mo_asha"
-    assert spec.study.pruner.kwargs == {"min_resource": 1, "reduction_factor": 3}
+    assert spec.study.pruner.kwargs == {"min_resource": 1, "reduction_factor": 3, "max_resource": 3}
 
 
 @pytest.mark.parametrize(
-    ("config", "search", "pruner", "first"),
+    ("config", "search", "pruner", "first", "last"),
     [
-        ("{epochs: 52}", "", "mo_asha", 5),
-        ("{epochs: 9}", "", "mo_asha", 1),
-        ("{epochs: 52}", "", "{kind: mo_asha, min_resource: 2}", 2),  # the file's own
+        ("{epochs: 52}", "", "mo_asha", 5, 51),
+        ("{epochs: 9}", "", "mo_asha", 1, 8),
+        ("{epochs: 52}", "", "{kind: mo_asha, min_resource: 2, max_resource: 40}", 2, 40),
         (
             "{epochs: 10}",
             "  - {name: epochs, path: epochs, kind: int, low: 5, high: 30}\n",
             "{kind: mo_asha, reduction_factor: 2}",
             3,
+            29,
         ),
-        ("{seed: 0}", "", "mo_asha", 1),  # epochs not told
+        ("{seed: 0}", "", "mo_asha", 1, 9),  # the built-in trainer's default: 10 epochs
+        (  # a trainer whose epochs the file does not tell
+            "{optim: {optim_args: {lr: 0.1}}}\n  entrypoint: tests.entrypoints.toy:run",
+            "",
+            "mo_asha",
+            1,
+            None,
+        ),
     ],
 )
-def test_the_first_rung_is_a_tenth_of_the_epochs(
-    write: Callable[..., Path], config: str, search: str, pruner: str, first: int
+def test_the_rungs_follow_the_epochs(
+    write: Callable[..., Path], config: str, search: str, pruner: str, first: int, last: int | None
 ) -> None:
     text = multi_study(f"  pruner: {pruner}").replace("config: {epochs: 1}", f"config: {config}")
     spec = load_spec(write(text.replace(DIM_LINE + "\n", DIM_LINE + "\n" + search)))
     assert spec.study.pruner.kwargs["min_resource"] == first
+    assert spec.study.pruner.kwargs.get("max_resource") == last
