@@ -53,6 +53,7 @@ __all__ = [
     "crowding_distances",
     "is_kept",
     "nondominated_fronts",
+    "position",
     "rung_values",
     "report_and_prune",
     "violation_of",
