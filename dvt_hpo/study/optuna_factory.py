@@ -58,6 +58,7 @@ PRUNER_CLASSES: dict[str, str] = {
     "hyperband": "HyperbandPruner",
     "threshold": "ThresholdPruner",
     "wilcoxon": "WilcoxonPruner",
+    "mo_asha": "MOASHAPruner",  # several objectives only: dvt_hpo.study.mo_pruner
     "none": "NopPruner",
 }
 # Packages a kind imports when it first samples or prunes (not when it is constructed).
@@ -87,11 +88,16 @@ def sampler_class(kind: str) -> type:
 
 def pruner_class(kind: str) -> type:
     """The Optuna pruner class of ``kind`` (``KeyError`` for an unknown kind); ``wilcoxon`` is
-    Optuna's with scipy's slow exact test computed at once (:mod:`dvt_hpo.study.wilcoxon`)."""
+    Optuna's with scipy's slow exact test computed at once (:mod:`dvt_hpo.study.wilcoxon`);
+    ``mo_asha`` prunes several objectives (:mod:`dvt_hpo.study.mo_pruner`)."""
     if kind == "wilcoxon":
         from dvt_hpo.study.wilcoxon import WilcoxonPruner
 
         return WilcoxonPruner
+    if kind == "mo_asha":
+        from dvt_hpo.study.mo_pruner import MOASHAPruner
+
+        return MOASHAPruner
     cls = getattr(optuna.pruners, PRUNER_CLASSES[kind], None)
     if cls is None:  # pragma: no cover - depends on the Optuna release
         raise KeyError(f"this Optuna release ({optuna.__version__}) has no pruner {kind!r}")

@@ -141,9 +141,29 @@ class TrialRun:
                 return True
         if objective.is_multi:
             # Optuna cannot prune multi-objective trials (Trial.report raises): the epoch is
-            # only stored, so status and the dashboard show where the trial is.
+            # stored, so status and the dashboard show where the trial is, and a pruner for
+            # several objectives decides on the values it stores itself.
             self._set_attrs({"last_step": int(step), "last_metrics": dict(metrics)})
-            return False
+            from dvt_hpo.study.mo_pruner import MULTI_OBJECTIVE_PRUNERS, report_and_prune
+
+            if self.spec.study.pruner.kind not in MULTI_OBJECTIVE_PRUNERS:
+                return False
+            with self.study.lock:
+                prune = self.study.db(
+                    lambda: report_and_prune(
+                        self.study.study,
+                        self.trial_id,
+                        int(step),
+                        metrics,
+                        objective.names,
+                        objective.constraints,
+                    ),
+                    "a pruning decision",
+                )
+            if prune:
+                self.pruned_step = int(step)
+                self.stop_event.set()
+            return prune
         value = metrics.get(objective.metric)
         prune = False
         if value is not None:

@@ -21,6 +21,7 @@ from dvt_hpo.exceptions import SpecError
 from dvt_hpo.store.redact import redact_url
 from dvt_hpo.store.urls import expand_env, resolve_url
 from dvt_hpo.study import optuna_factory, space
+from dvt_hpo.study.mo_pruner import MULTI_OBJECTIVE_PRUNERS
 from dvt_hpo.study.optuna_factory import build_pruner, build_sampler
 from dvt_hpo.studyfile.defaults import DEFAULT_PRUNER, DEFAULT_SAMPLER
 from dvt_hpo.studyfile.fields import Reader
@@ -62,8 +63,9 @@ def read_study(
     r: Reader, root: Mapping[str, Any], parallel: int, *, multi_objective: bool = False
 ) -> StudySection:
     """``multi_objective``: the study has several objectives, so the sampler defaults to
-    NSGA-II, pruning is off (Optuna cannot prune multi-objective trials: ``Trial.report``
-    raises) and samplers that refuse several objectives are refused here."""
+    NSGA-II, pruning is off unless ``mo_asha`` is named (Optuna cannot prune multi-objective
+    trials: ``Trial.report`` raises) and samplers and pruners for one objective are refused
+    here."""
     key: Key = ("study",)
     if "study" not in root:
         raise r.err(key, "missing required section 'study' (it needs at least a name)")
@@ -110,6 +112,13 @@ def read_study(
         PrunerSpec("none") if multi_objective else DEFAULT_PRUNER,
         optuna_factory.PRUNER_CLASSES,
     )
+    if pruner_kind in MULTI_OBJECTIVE_PRUNERS and not multi_objective:
+        raise r.err(
+            _kind_key(sec, key, "pruner"),
+            f"pruner kind {pruner_kind!r} prunes studies with several objectives, and this "
+            "study has one (objective.metric); list several under objective.metrics, or use "
+            f"a pruner for one objective: {', '.join(_single_objective_pruners())}",
+        )
     return StudySection(
         name=name,
         storage=storage,
@@ -311,7 +320,8 @@ def read_algorithm(
 
 def check_multi_objective(r: Reader, sec: Mapping[str, Any], key: Key, sampler: str) -> None:
     """What a study with several objectives cannot have: a sampler that refuses them, or a
-    pruner (Optuna raises on ``Trial.report`` in multi-objective studies)."""
+    pruner for one objective (Optuna raises on ``Trial.report`` in multi-objective studies);
+    an unknown kind is left to :func:`read_algorithm`'s did-you-mean."""
     if not optuna_factory.supports_multi_objective(sampler):
         raise r.err(
             _kind_key(sec, key, "sampler"),
@@ -320,13 +330,25 @@ def check_multi_objective(r: Reader, sec: Mapping[str, Any], key: Key, sampler: 
         )
     pruner = sec.get("pruner")
     kind = pruner.get("kind") if isinstance(pruner, dict) else pruner
-    if "pruner" in sec and kind not in (None, "none"):
+    allowed = (None, "none", *MULTI_OBJECTIVE_PRUNERS)
+    if (
+        "pruner" in sec
+        and isinstance(kind, str)
+        and kind not in allowed
+        and kind in optuna_factory.PRUNER_CLASSES
+    ):
         raise r.err(
             _kind_key(sec, key, "pruner"),
-            "a study with several objectives cannot be pruned (Optuna does not support pruning "
-            f"for multi-objective studies: Trial.report raises), got pruner {describe(kind)}; "
-            "remove study.pruner or set it to none (epochs are still reported and stored)",
+            "a study with several objectives cannot be pruned by a pruner for one objective "
+            "(Optuna does not support pruning for multi-objective studies: Trial.report "
+            f"raises), got pruner {describe(kind)}; use "
+            f"{' or '.join(map(repr, MULTI_OBJECTIVE_PRUNERS))} (stops a trial dominated by "
+            "the others at its rung), or remove study.pruner or set it to none",
         )
+
+
+def _single_objective_pruners() -> list[str]:
+    return [k for k in optuna_factory.PRUNER_CLASSES if k not in MULTI_OBJECTIVE_PRUNERS]
 
 
 def _kind_key(sec: Mapping[str, Any], key: Key, name: str) -> Key:
@@ -383,7 +405,9 @@ def check_algorithms(r: Reader, study: StudySection, dims: Sequence[Dimension]) 
                 warnings.simplefilter("ignore")
                 build()
         except (ValueError, TypeError) as exc:
-            raise r.err(key, f"Optuna rejects the arguments: {exc}") from None
+            ours = key[-1] == "pruner" and study.pruner.kind in MULTI_OBJECTIVE_PRUNERS
+            who = "MOASHAPruner" if ours else "Optuna"
+            raise r.err(key, f"{who} rejects the arguments: {exc}") from None
 
 
 def _annotation_text(param: inspect.Parameter) -> str:
