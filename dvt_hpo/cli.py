@@ -260,6 +260,7 @@ def _as_the_user_wrote_it(spec: StudySpec) -> StudySpec:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    from dvt_hpo.study.messages import algorithms_text
     from dvt_hpo.study.preflight import find_entrypoint, load_runnable
     from dvt_hpo.studyfile.objective import describe_objective
 
@@ -277,8 +278,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         note = entry.note
     print(
         f"{args.study}: ok — study {spec.study.name!r}, {budget}, "
-        f"{describe_objective(spec.objective)}, search space: {dims}; {trainer}; {stored}"
-        + _packing(spec)
+        f"{describe_objective(spec.objective)}, search space: {dims}; "
+        f"{algorithms_text(spec.study, multi_objective=spec.objective.is_multi)}; "
+        f"{trainer}; {stored}" + _packing(spec)
     )
     if note is not None:
         print(f"note: {note}")
@@ -433,9 +435,13 @@ _COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from dvt_hpo.study.library_warnings import said_once
+
     args = build_parser().parse_args(argv)
     try:
-        return _COMMANDS[args.command](args)
+        # Libraries' warnings (Optuna's above all) as one line each, once per run.
+        with said_once():
+            return _COMMANDS[args.command](args)
     except SpecError as exc:
         print(f"error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
