@@ -107,7 +107,7 @@ def evaluate(url: str, expression: str, *, timeout_s: float = 60) -> object:
         os.dup2(13, 3)
         os.dup2(14, 4)
 
-    with tempfile.TemporaryDirectory(prefix="chromium-") as profile:
+    with tempfile.TemporaryDirectory(prefix="chromium-", ignore_cleanup_errors=True) as profile:
         proc = subprocess.Popen(
             [chromium(), *FLAGS, f"--user-data-dir={profile}", "--remote-debugging-pipe"],
             preexec_fn=wire,
@@ -168,7 +168,13 @@ def evaluate(url: str, expression: str, *, timeout_s: float = 60) -> object:
             assert "exceptionDetails" not in result, result["exceptionDetails"]
             return result["result"].get("value")
         finally:
-            proc.kill()
-            proc.wait()
+            # Closed through the protocol, so its helper processes are gone before the profile
+            # folder is removed; killed if it does not close.
+            try:
+                os.write(to_browser_w, b'{"id": 0, "method": "Browser.close"}\0')
+                proc.wait(timeout=15)
+            except (OSError, subprocess.TimeoutExpired):
+                proc.kill()
+                proc.wait()
             os.close(to_browser_w)
             os.close(from_browser_r)
