@@ -2,7 +2,7 @@
 
 ``reference/study-yaml.md`` comes from the study file's dataclasses
 (:mod:`dvt_hpo.studyfile.reference`), ``reference/cli.md`` from ``dvt-hpo``'s argument parser
-(:mod:`dvt_hpo.cli_reference`). Named in ``mkdocs.yml`` (``hooks:``); the repository root is put
+(:mod:`dvt_hpo.views.cli_reference`). Named in ``mkdocs.yml`` (``hooks:``); the repository root is put
 on ``sys.path`` so that the checkout's own dvt_hpo is documented.
 """
 
@@ -19,7 +19,7 @@ if str(ROOT) not in sys.path:
 
 GENERATED = {
     "reference/study-yaml.md": ("dvt_hpo.studyfile.reference", "markdown"),
-    "reference/cli.md": ("dvt_hpo.cli_reference", "markdown"),
+    "reference/cli.md": ("dvt_hpo.views.cli_reference", "markdown"),
 }
 
 

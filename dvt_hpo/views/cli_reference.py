@@ -112,5 +112,5 @@ def markdown() -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":  # pragma: no cover - `python -m dvt_hpo.cli_reference`
+if __name__ == "__main__":  # pragma: no cover - `python -m dvt_hpo.views.cli_reference`
     print(markdown())
