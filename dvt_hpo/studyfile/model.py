@@ -78,6 +78,7 @@ class StudySection:
 
     name: str = rule(
         what="a non-empty string",
+        accepts="letters, digits, `.`, `_` and `-`, starting with a letter or digit",
         doc="The study's name in its storage: workers with the same name and storage share one "
         "study, and `--set study.name=x` names another.",
     )
