@@ -1,8 +1,8 @@
 """The documentation site (``mkdocs.yml``, ``docs/``) and the study files the docs show.
 
-Every ```` ```yaml ```` block with a ``study:`` key in the README and the docs is loaded by the
+Every ```` ```yaml ```` block of study-file sections in the README and the docs is loaded by the
 real loader (validate-only: nothing is written), so an example that no longer validates fails
-here. The site is built with ``mkdocs build --strict`` (a broken link, a page left out of the
+here; a part of a study (only ``trials:``, say) is loaded over the sections it lacks. The site is built with ``mkdocs build --strict`` (a broken link, a page left out of the
 nav or a missing anchor fails it) and opened in headless Chromium: the home page, a tutorial
 and the generated references render, and the search finds ``per_gpu``.
 """
@@ -18,11 +18,12 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
-from dvt_hpo.studyfile import load_spec
+from dvt_hpo.studyfile import load, load_spec
 from dvt_hpo.studyfile.reference import rows, sections
 from tests.browser import evaluate
 from tests.conftest import REPO_ROOT
@@ -30,17 +31,30 @@ from tests.conftest import REPO_ROOT
 DOCS = REPO_ROOT / "docs"
 PAGES = [REPO_ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
 NO_MKDOCS = "mkdocs is not installed (pip install -e '.[docs]'; the test extra has it)"
-# A block whose first line names a file of the repository: `# studies/quickstart.yaml`.
-NAMED = re.compile(r"#\s*(studies/\S+\.ya?ml)\s*$")
+# A block whose first line names a file of the repository is that file
+# (`# studies/quickstart.yaml`), or a part of a study written over it
+# (`# over studies/command-trainer/study.yaml`).
+NAMED = re.compile(r"#\s*(over\s+)?(studies/\S+\.ya?ml)\s*$")
+# What a part of a study (a block of only `trials:`, say) is loaded over when it names no file:
+# the sections a study file needs.
+BASE: dict[str, Any] = {
+    "study": {"name": "shown"},
+    "trainer": {
+        "entrypoint": "mytrainer:run",
+        "config": {"epochs": 4, "data": {"batch_size": 32}, "precision": {"accumulate_steps": 1}},
+    },
+    "search_space": [{"name": "x", "path": "x", "kind": "float", "low": 0.0, "high": 1.0}],
+}
 
 
 def _study_blocks() -> Iterator[tuple[str, str]]:
+    """Every yaml block of the README and the docs made of study-file sections."""
     for page in PAGES:
         text = page.read_text()
         for match in re.finditer(r"```yaml\n(.*?)```", text, flags=re.S):
             block = match.group(1)
             doc = yaml.safe_load(block)
-            if isinstance(doc, dict) and "study" in doc:
+            if isinstance(doc, dict) and doc and set(doc) <= set(load.SECTIONS):
                 line = text[: match.start()].count("\n") + 2
                 yield f"{page.relative_to(REPO_ROOT)}:{line}", block
 
@@ -48,10 +62,20 @@ def _study_blocks() -> Iterator[tuple[str, str]]:
 STUDY_BLOCKS = list(_study_blocks())
 
 
+def _over(base: dict[str, Any], part: dict[str, Any]) -> dict[str, Any]:
+    """``part``'s sections over ``base``'s: ``study`` key by key (a study needs its name), any
+    other section as written."""
+    doc = dict(base)
+    for key, value in part.items():
+        both = isinstance(value, dict) and isinstance(base.get(key), dict)
+        doc[key] = {**base[key], **value} if key == "study" and both else value
+    return doc
+
+
 def test_the_docs_show_study_files() -> None:
-    # The README's, the quickstart's, your own trainer's, the Slurm tutorial's at least.
     where = {w.split(":")[0] for w, _ in STUDY_BLOCKS}
     assert {"README.md", "docs/tutorials/quickstart.md", "docs/tutorials/slurm.md"} <= where
+    assert {"docs/how-to/per-gpu.md", "docs/how-to/command-trainers.md"} <= where  # parts
 
 
 @pytest.mark.parametrize(("where", "block"), STUDY_BLOCKS, ids=[w for w, _ in STUDY_BLOCKS])
@@ -59,19 +83,24 @@ def test_every_study_file_in_the_docs_validates(
     where: str, block: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("DB_PASSWORD", "a-password")  # the team examples read it
-    folder = tmp_path
+    shown = yaml.safe_load(block)
+    folder, base = tmp_path, BASE
     named = NAMED.match(block.splitlines()[0])
     if named is not None:
-        # Shown as a file of the repository: it is that file, and loads in its folder.
-        source = REPO_ROOT / named.group(1)
-        body = source.read_text()
-        assert block.split("study:", 1)[1] == body.split("study:", 1)[1].rstrip() + "\n", (
-            f"{where} shows {named.group(1)}, which has changed: copy it again"
-        )
+        source = REPO_ROOT / named.group(2)
         folder = tmp_path / source.parent.name
-        shutil.copytree(source.parent, folder)
+        shutil.copytree(source.parent, folder, ignore=shutil.ignore_patterns("*.db", "runs"))
+        base = yaml.safe_load(source.read_text())
+        if named.group(1) is None:
+            # Shown as the file itself: it must be the file, from `study:` on.
+            body = source.read_text().split("study:", 1)[1].rstrip() + "\n"
+            assert block.split("study:", 1)[1] == body, (
+                f"{where} shows {named.group(2)}, which has changed: copy it again"
+            )
+    complete = {"study", "trainer", "search_space"} <= set(shown)
+    doc = shown if complete else _over(base, shown)
     path = folder / "shown-study.yaml"
-    path.write_text(block)
+    path.write_text(block if complete else yaml.safe_dump(doc, sort_keys=False))
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
 
     spec = load_spec(path)
