@@ -101,11 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
         "cancel",
         help="cancel the study's Slurm jobs; their running trials are retried by the next run",
     )
-    cancel.add_argument("study", type=Path)
+    cancel.add_argument("study", type=Path, help="the study file")
     _add_overrides(cancel)
 
     validate = sub.add_parser("validate", help="check a study.yaml without running anything")
-    validate.add_argument("study", type=Path)
+    validate.add_argument("study", type=Path, help="the study file")
     _add_overrides(validate)
     validate.add_argument(
         "--allow-space-change",
@@ -117,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
         "best",
         help="show the best trial (several objectives: the Pareto front); optionally export one",
     )
-    best.add_argument("study", type=Path)
+    best.add_argument("study", type=Path, help="the study file")
     _add_overrides(best)
     best.add_argument(
         "--export",
@@ -145,24 +145,24 @@ def build_parser() -> argparse.ArgumentParser:
     _add_overrides(train)
 
     status = sub.add_parser("status", help="counts, best, running trials and last failures")
-    status.add_argument("study", type=Path)
+    status.add_argument("study", type=Path, help="the study file")
     _add_overrides(status)
     status.add_argument("--json", action="store_true", help="print the status as JSON")
 
     report = sub.add_parser("report", help="write a self-contained HTML report of the study")
-    report.add_argument("study", type=Path)
+    report.add_argument("study", type=Path, help="the study file")
     _add_overrides(report)
     report.add_argument(
-        "-o", "--output", type=Path, default=Path("report.html"), help="default: report.html"
+        "-o", "--output", type=Path, default=Path("report.html"), help="the HTML file to write"
     )
 
     dashboard = sub.add_parser("dashboard", help="serve optuna-dashboard on the study's storage")
-    dashboard.add_argument("study", type=Path)
+    dashboard.add_argument("study", type=Path, help="the study file")
     _add_overrides(dashboard)
     dashboard.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default: loopback only)"
     )
-    dashboard.add_argument("--port", type=int, default=8080, help="default: 8080")
+    dashboard.add_argument("--port", type=int, default=8080, help="port to listen on")
     return parser
 
 
@@ -260,6 +260,7 @@ def _as_the_user_wrote_it(spec: StudySpec) -> StudySpec:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    from dvt_hpo.study.messages import algorithms_text
     from dvt_hpo.study.preflight import find_entrypoint, load_runnable
     from dvt_hpo.studyfile.objective import describe_objective
 
@@ -277,8 +278,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         note = entry.note
     print(
         f"{args.study}: ok — study {spec.study.name!r}, {budget}, "
-        f"{describe_objective(spec.objective)}, search space: {dims}; {trainer}; {stored}"
-        + _packing(spec)
+        f"{describe_objective(spec.objective)}, search space: {dims}; "
+        f"{algorithms_text(spec.study, multi_objective=spec.objective.is_multi)}; "
+        f"{trainer}; {stored}" + _packing(spec)
     )
     if note is not None:
         print(f"note: {note}")
@@ -433,9 +435,13 @@ _COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from dvt_hpo.study.library_warnings import said_once
+
     args = build_parser().parse_args(argv)
     try:
-        return _COMMANDS[args.command](args)
+        # Libraries' warnings (Optuna's above all) as one line each, once per run.
+        with said_once():
+            return _COMMANDS[args.command](args)
     except SpecError as exc:
         print(f"error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -293,6 +293,7 @@ def test_validate_good_study_prints_one_summary_line(
     assert len(lines) == 1, result.out
     assert "ok" in lines[0] and "'good'" in lines[0] and "7 trials" in lines[0]
     assert "maximize score" in lines[0] and "search space: x" in lines[0]
+    assert "; sampler random (seed 0) · pruner none; entry point" in lines[0]
     assert listing(tmp_path) == before
 
 

@@ -13,6 +13,7 @@ trial, and the spread of the complete ones alone was 0.077. The deepvisiontools 
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -52,6 +53,9 @@ def test_the_best_trial_is_clearly_better_than_the_worst(tmp_path: Path, example
         timeout=600,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    # No raw Python warning reaches the terminal: a library's is one line in dvt-hpo's voice
+    # (dvt_hpo/study/library_warnings.py), never `file.py:543: UserWarning: ...` and its source.
+    assert not re.search(r"\.py:\d+: \w*Warning", done.stderr), done.stderr
     spec = load_spec(study_file, overrides)
     study = optuna.load_study(study_name=spec.study.name, storage=spec.study.storage)
     values = [t.values[0] for t in study.trials if t.state.name == "COMPLETE"]

@@ -16,6 +16,11 @@ the models. The rules, shared by every conversion:
 - a field declared with :func:`rule` also gets a range (``gt``, ``ge``, ``le``) and the study
   file's wording ("must be an integer >= 1 or null, got 0"); one declared with :func:`domain`
   is passed through raw, for code that checks what a type cannot say (storage URLs, devices).
+
+Each field of a study file also carries what the reference says of it (:class:`FieldDoc`, the
+``doc=`` of :func:`rule` and :func:`domain`): one sentence, and for a domain field what the file
+may write there when the type does not say it. ``docs/`` generates the study.yaml reference
+from these (:mod:`dvt_hpo.studyfile.reference`); a test fails on a field without a sentence.
 """
 
 from __future__ import annotations
@@ -34,11 +39,14 @@ from dvt_hpo.config.hints import describe, did_you_mean
 from dvt_hpo.exceptions import SpecError
 
 __all__ = [
+    "FieldDoc",
     "Rule",
+    "allowed_text",
     "check_keys",
     "check_value",
     "defaults",
     "domain",
+    "field_doc",
     "field_type_at",
     "from_mapping",
     "from_wire_mapping",
@@ -61,18 +69,59 @@ class Rule:
     domain: bool = False  # checked by code (URLs, devices, ...): the engine passes it raw
 
 
-def rule(default: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
-    """A dataclass field checked with :class:`Rule` ``(**kwargs)``."""
-    return dataclasses.field(default=default, metadata={"rule": Rule(**kwargs)})
+@dataclass(frozen=True)
+class FieldDoc:
+    """What the study.yaml reference says of a field: ``doc`` one sentence; ``accepts`` what
+    the file may write when the field's type does not say it (a domain field); ``default``
+    the default as the reference shows it when the loader computes it (``runs/<name>``)."""
+
+    doc: str
+    accepts: str | None = None
+    default: str | None = None
+
+
+def _metadata(rule_: Rule, doc: str | None, accepts: str | None, shown: str | None) -> dict:
+    meta: dict[str, Any] = {"rule": rule_}
+    if doc is not None:
+        meta["doc"] = FieldDoc(doc, accepts, shown)
+    return meta
+
+
+def rule(
+    default: Any = dataclasses.MISSING,
+    *,
+    doc: str | None = None,
+    accepts: str | None = None,
+    shown_default: str | None = None,
+    **kwargs: Any,
+) -> Any:
+    """A dataclass field checked with :class:`Rule` ``(**kwargs)``; ``doc``: its sentence in
+    the reference (:class:`FieldDoc`)."""
+    return dataclasses.field(
+        default=default, metadata=_metadata(Rule(**kwargs), doc, accepts, shown_default)
+    )
 
 
 def domain(
-    default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING
+    default: Any = dataclasses.MISSING,
+    *,
+    default_factory: Any = dataclasses.MISSING,
+    doc: str | None = None,
+    accepts: str | None = None,
+    shown_default: str | None = None,
 ) -> Any:
-    """A dataclass field whose raw value is checked by code, not by the engine."""
+    """A dataclass field whose raw value is checked by code, not by the engine; ``doc``,
+    ``accepts``, ``shown_default``: what the reference says of it (:class:`FieldDoc`)."""
     return dataclasses.field(
-        default=default, default_factory=default_factory, metadata={"rule": Rule(domain=True)}
+        default=default,
+        default_factory=default_factory,
+        metadata=_metadata(Rule(domain=True), doc, accepts, shown_default),
     )
+
+
+def field_doc(f: dataclasses.Field) -> FieldDoc | None:
+    """The reference's :class:`FieldDoc` of a dataclass field (``None``: not written yet)."""
+    return f.metadata.get("doc")
 
 
 _NONE_TYPE = type(None)
@@ -302,6 +351,27 @@ def check_value(value: Any, tp: Any, r: Rule, path: str = "", source: str | None
             raise fail(f"one of {', '.join(allowed)}", describe(value) + hint)
         return value
     raise TypeError(f"rule() does not apply to {tp!r} at {path!r}")
+
+
+def allowed_text(tp: Any, r: Rule) -> str:
+    """What a :func:`rule` field allows, in :func:`check_value`'s words ("an integer >= 1 or
+    null"): the reference's "allowed" column."""
+    null = " or null" if _is_union(tp) and _NONE_TYPE in typing.get_args(tp) else ""
+    base = _unwrap_optional(tp)
+    bounds = _bounds_text(r)
+    if base is bool:
+        text = "true or false"
+    elif base is int:
+        text = "an integer" + (f" {bounds}" if bounds else "")
+    elif base is float:
+        text = "a number" + (f" {bounds}" if bounds else "")
+    elif base is str:
+        text = r.what or "a non-empty string"
+    elif typing.get_origin(base) is Literal:
+        text = "one of " + ", ".join(str(a) for a in typing.get_args(base))
+    else:
+        text = type_name(base)
+    return text + null
 
 
 def _in_bounds(value: float, r: Rule) -> bool:

@@ -233,7 +233,7 @@ def _engine_kwargs(url: str) -> dict[str, Any]:
         # One connection kept per worker; the few more its threads need at the same instant
         # (heartbeats, trials recording) are opened and closed again. A hundred workers then
         # hold about a hundred connections, not three hundred (the server's max_connections
-        # is often 100; see the README's "Many workers on one PostgreSQL").
+        # is often 100; see docs/concepts/storage.md, "Many workers on one PostgreSQL").
         "pool_size": 1,
     }
     if kind == "postgresql":

@@ -294,6 +294,7 @@ class StudyRunner:
             self.out(
                 f"study {spec.study.name!r} on {where}: "
                 f"{run_messages.objective_text(spec.objective)}; "
+                f"{run_messages.algorithms_text(spec.study, multi_objective=spec.objective.is_multi)}; "
                 + (f"{n_done}/{n_trials} trials done, " if n_trials else f"{n_done} done, ")
                 + f"{spec.trials.parallel} at a time"
                 + (f", {devices.packing_text(slots, spec.trials.per_gpu)}" if packing else "")

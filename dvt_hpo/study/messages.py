@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from dvt_hpo.study.events import TrialFinished
     from dvt_hpo.study.front import Best
     from dvt_hpo.studyfile import ObjectiveSpec
-    from dvt_hpo.studyfile.model import StudySpec
+    from dvt_hpo.studyfile.model import StudySection, StudySpec
 
 
 def objective_text(objective: ObjectiveSpec) -> str:
@@ -30,6 +30,88 @@ def objective_text(objective: ObjectiveSpec) -> str:
     from dvt_hpo.studyfile.objective import describe_objective
 
     return describe_objective(objective)
+
+
+_SAMPLER_NAMES = {
+    "tpe": "TPE",
+    "random": "random",
+    "cmaes": "CMA-ES",
+    "qmc": "QMC",
+    "gp": "GP",
+    "grid": "grid",
+    "nsga2": "NSGA-II",
+    "nsga3": "NSGA-III",
+    "bruteforce": "brute force",
+}
+_PRUNER_NAMES = {
+    "successive_halving": "successive halving",
+    "hyperband": "Hyperband",
+    "wilcoxon": "Wilcoxon",
+}
+# Arguments every study of a kind is shaped by, shown even when the file leaves them to Optuna
+# (the others are shown when written): TPE's model and Wilcoxon's threshold.
+_SHOWN_ALWAYS = {"tpe": ("multivariate",), "wilcoxon": ("p_threshold",)}
+_WORDS = {
+    "p_threshold": "p",
+    "n_startup_trials": "startup trials",
+    "n_warmup_steps": "warm-up steps",
+}
+
+
+def _settings(kind: str, kwargs: Mapping[str, Any], cls: type) -> list[str]:
+    from dvt_hpo.study.optuna_factory import yaml_parameters
+
+    params = yaml_parameters(cls)
+    shown = dict.fromkeys(_SHOWN_ALWAYS.get(kind, ()))
+    shown.update(dict.fromkeys(k for k in kwargs if k != "search_space"))
+    out = []
+    for name in shown:
+        value = kwargs.get(name, params[name].default if name in params else None)
+        if name == "multivariate":
+            out.append("multivariate" if value else "univariate")
+        elif name == "constant_liar":
+            if value:
+                out.append("constant liar")
+        elif isinstance(value, bool):
+            out.append(name.replace("_", " ") + ("" if value else " off"))
+        else:
+            out.append(f"{_WORDS.get(name, name.replace('_', ' '))} {value}")
+    return out
+
+
+def algorithms_text(study: StudySection, *, multi_objective: bool = False) -> str:
+    """``sampler TPE (univariate, seed 3) · pruner Wilcoxon (p 0.1) — the defaults``: what a
+    study uses, with the settings that shape it (the start line and ``validate`` say it)."""
+    from dvt_hpo.study.optuna_factory import pruner_class, sampler_class
+    from dvt_hpo.studyfile.defaults import DEFAULT_PRUNER, DEFAULT_SAMPLER
+
+    sampler, pruner = study.sampler, study.pruner
+    default_sampler = (
+        ("nsga2", {}) if multi_objective else (DEFAULT_SAMPLER.kind, DEFAULT_SAMPLER.kwargs)
+    )
+    default_pruner = (
+        ("none", {}) if multi_objective else (DEFAULT_PRUNER.kind, DEFAULT_PRUNER.kwargs)
+    )
+    # A seed, and the constant liar that parallel trials get, leave a default the default.
+    own = {k: v for k, v in sampler.kwargs.items() if k not in ("seed", "constant_liar")}
+    is_default = (
+        (sampler.kind, own) == default_sampler,
+        (pruner.kind, dict(pruner.kwargs)) == default_pruner,
+    )
+    parts = []
+    for what, spec, names, cls in (
+        ("sampler", sampler, _SAMPLER_NAMES, sampler_class),
+        ("pruner", pruner, _PRUNER_NAMES, pruner_class),
+    ):
+        settings = _settings(spec.kind, spec.kwargs, cls(spec.kind))
+        shown = f" ({', '.join(settings)})" if settings else ""
+        parts.append(f"{what} {names.get(spec.kind, spec.kind)}{shown}")
+    line = " · ".join(parts)
+    if all(is_default):
+        return line + " — the defaults"
+    if any(is_default):
+        return line + (" — the default sampler" if is_default[0] else " — the default pruner")
+    return line
 
 
 def dashboard_available() -> bool:
@@ -231,6 +313,7 @@ def retry_hint(failed: Sequence[int], study_file: Path, overrides: Sequence[str]
 
 
 __all__ = [
+    "algorithms_text",
     "dashboard_available",
     "dashboard_hint",
     "fmt_params",

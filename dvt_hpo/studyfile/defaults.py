@@ -1,7 +1,7 @@
 """What a study gets when its file does not say: the measured default sampler and pruner, and
 the settings Optuna would guess at run time that the study file already tells.
 
-The defaults come from ``benchmarks/search_efficiency.py`` (the README's "Search efficiency"):
+The defaults come from ``benchmarks/search_efficiency.py`` (docs/performance/search-efficiency.md):
 the best sampler and pruner measured on the LCBench surrogate through dvt-hpo itself.
 """
 
@@ -16,7 +16,7 @@ from dvt_hpo.studyfile.model import Dimension, PrunerSpec, SamplerSpec, StudySec
 __all__ = ["DEFAULT_PRUNER", "DEFAULT_SAMPLER", "derive_budget_settings"]
 
 # What a study file that names no sampler or pruner gets: the best combination measured on the
-# LCBench surrogate through dvt-hpo itself (benchmarks/search_efficiency.py; the README's
+# LCBench surrogate through dvt-hpo itself (benchmarks/search_efficiency.py; docs/performance/search-efficiency.md's
 # "Search efficiency" tables). TPE univariate, explicitly: Optuna 5 made TPE multivariate by
 # default, which did worse under pruning (about even without). Wilcoxon pruning (each report
 # tested against the best trial's curve at the same epochs) led every other pruner under TPE

@@ -154,3 +154,59 @@ def test_the_summary_shows_the_front_or_says_none_is_feasible() -> None:
         "study 's' has 2 complete trial(s) and none meets objective.constraints; the closest is "
         "trial 1 (mb over by 1)"
     )
+
+
+def _study_section(write_study: Any, **study: Any) -> Any:
+    from dvt_hpo.studyfile import load_spec
+    from tests.conftest import toy_study
+
+    doc = toy_study("algorithms")
+    for key in ("sampler", "pruner"):
+        doc["study"].pop(key)
+    doc["study"].update(study)
+    return load_spec(write_study(doc))
+
+
+def test_a_study_that_names_no_sampler_or_pruner_is_told_the_defaults(write_study: Any) -> None:
+    from dvt_hpo.study.messages import algorithms_text
+
+    spec = _study_section(write_study)
+    assert algorithms_text(spec.study) == (
+        "sampler TPE (univariate) · pruner Wilcoxon (p 0.1) — the defaults"
+    )
+    # A seed keeps the defaults the defaults; the example, word for word.
+    spec = _study_section(write_study, sampler={"seed": 3})
+    assert algorithms_text(spec.study) == (
+        "sampler TPE (univariate, seed 3) · pruner Wilcoxon (p 0.1) — the defaults"
+    )
+
+
+def test_named_algorithms_show_the_settings_written() -> None:
+    from dvt_hpo.study.messages import algorithms_text
+    from dvt_hpo.studyfile.model import PrunerSpec, SamplerSpec, StudySection
+
+    study = StudySection(
+        name="x",
+        sampler=SamplerSpec("tpe", {"seed": 0, "n_startup_trials": 4, "constant_liar": True}),
+        pruner=PrunerSpec("median", {"n_warmup_steps": 1}),
+    )
+    assert algorithms_text(study) == (
+        "sampler TPE (univariate, seed 0, startup trials 4, constant liar) · "
+        "pruner median (warm-up steps 1)"
+    )
+    study = StudySection(name="x", sampler=SamplerSpec("random", {}), pruner=PrunerSpec("none"))
+    assert algorithms_text(study) == "sampler random · pruner none"
+    study = StudySection(
+        name="x", sampler=SamplerSpec("nsga2", {"seed": 1}), pruner=PrunerSpec("none")
+    )
+    assert algorithms_text(study, multi_objective=True) == (
+        "sampler NSGA-II (seed 1) · pruner none — the defaults"
+    )
+    study = StudySection(
+        name="x",
+        sampler=SamplerSpec("tpe", {"multivariate": False}),
+        pruner=PrunerSpec("hyperband", {"max_resource": 52}),
+    )
+    assert algorithms_text(study) == (
+        "sampler TPE (univariate) · pruner Hyperband (max resource 52) — the default sampler"
+    )

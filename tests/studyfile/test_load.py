@@ -106,7 +106,7 @@ def test_spec_to_dict_is_json_safe_and_redacts(write: Callable[..., Path]) -> No
 def test_minimal_spec_defaults(write: Callable[..., Path], tmp_path: Path) -> None:
     spec = load_spec(write(BASE))
     assert spec.objective.metric == "loss" and spec.objective.direction == "minimize"
-    # The best combination measured by benchmarks/search_efficiency.py (README, Performance).
+    # The best combination measured by benchmarks/search_efficiency.py (docs/performance/search-efficiency.md).
     assert spec.study.sampler == SamplerSpec("tpe", {"multivariate": False})
     assert spec.study.pruner == PrunerSpec("wilcoxon", {})
     assert spec.trials.devices == "auto"

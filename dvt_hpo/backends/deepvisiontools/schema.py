@@ -149,7 +149,7 @@ class CheckpointSection:
 
 @dataclass
 class LoggingSection:
-    """MLflow and TensorBoard output is redirected into the trial's folder (see the README)."""
+    """MLflow and TensorBoard output is redirected into the trial's folder (see docs/tutorials/deepvisiontools.md)."""
 
     backends: str | list[str] = "mlflow"
     tensorboard: dict[str, Any] = field(default_factory=dict)
