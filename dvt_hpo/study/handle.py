@@ -54,6 +54,7 @@ class StudyHandle:
     finished: Callable[[TrialOutcome], None]
     fail_attempt: Callable[[int], bool]  # FAIL one of our attempts and have its copy enqueued
     worker_stopped: threading.Event  # set when the worker is told to stop (Ctrl-C, SIGTERM)
+    out: Callable[[str], None] | None = None  # the run's lines (trials.resume says one)
 
 
 __all__ = ["Retrying", "StudyHandle"]

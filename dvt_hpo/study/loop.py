@@ -31,7 +31,7 @@ from dvt_hpo.store import lock as storage_lock
 from dvt_hpo.store import trial_config
 from dvt_hpo.store.errors import OutageRetry
 from dvt_hpo.store.redact import redact_url
-from dvt_hpo.study import kill_points, plateau, recovery, space, stop_rules
+from dvt_hpo.study import kill_points, plateau, recovery, resume, space, stop_rules
 from dvt_hpo.study import messages as run_messages
 from dvt_hpo.study.events import (
     StudyEnded,
@@ -170,6 +170,7 @@ class StudyRunner:
             finished=self.events.put,
             fail_attempt=self.fail_attempt,
             worker_stopped=self.worker_stopped,
+            out=self.out,
         )
         self.ledger = recovery.Ledger(
             self.study, self.storage, self.study_id, max_retries=self.spec.trials.max_retries
@@ -210,7 +211,11 @@ class StudyRunner:
                 max_retries=self.spec.trials.max_retries,
                 is_ours=self.running.__contains__,
                 lock=self.retry_lock,
+                on_failed=self._swept if self.spec.trials.resume else None,
             )
+
+    def _swept(self, trial: optuna.trial.FrozenTrial, retry: bool) -> None:
+        resume.after_sweep(self.spec, trial, retry)  # trials.resume: whoever ends it deletes
 
     def budget(self) -> recovery.Budget:
         with self.study_lock:
@@ -288,6 +293,7 @@ class StudyRunner:
                 + (f"{n_done}/{n_trials} trials done, " if n_trials else f"{n_done} done, ")
                 + f"{spec.trials.parallel} at a time"
                 + (f", {devices.packing_text(slots, spec.trials.per_gpu)}" if packing else "")
+                + (f"; resume states in {resume.resume_root(spec)}" if spec.trials.resume else "")
             )
             self.out(run_messages.dashboard_hint(spec.path, spec.overrides))
             stop_message = self._loop(slots)
@@ -478,6 +484,10 @@ class StudyRunner:
                     "reason", "another worker took the last trial of study.n_trials first"
                 )
                 tell(self.study, trial, state=recovery.trial_state("FAIL"))
+                if spec.trials.resume:
+                    # Closed, never run: its chain's resume state goes with it.
+                    root = resume.root_number(self.storage.get_trial(trial_id))
+                    resume.discard(resume.chain_dir(spec, root))
                 return False
             params = space.sample(trial, spec.search_space)
         kill_points.reached("start:params")

@@ -24,7 +24,7 @@ from dvt_hpo.process import launch
 from dvt_hpo.process.devices import Slot
 from dvt_hpo.process.gpu_share import GpuShare
 from dvt_hpo.process.tree import TrialProcess, describe_exit
-from dvt_hpo.study import kill_points, recovery
+from dvt_hpo.study import kill_points, recovery, resume
 from dvt_hpo.study.constraints import store_constraints
 from dvt_hpo.study.events import TrialReported
 from dvt_hpo.study.outcome import (
@@ -106,6 +106,7 @@ class TrialRun:
         self.process: TrialProcess | None = None
         self.start_time = time.monotonic()
         self.trial_dir = self.spec.trials.runs_dir / f"trial-{self.number:04d}"
+        self.resume: resume.ResumePlan | None = None  # trials.resume: set at launch
         self.thread = threading.Thread(
             target=self._run_safely, name=f"trial-{self.number}", daemon=True
         )
@@ -119,6 +120,8 @@ class TrialRun:
         self.stop_event.set()
 
     def on_report(self, step: int, metrics: dict[str, float]) -> bool:
+        if self.resume is not None:
+            resume.before_report(self, int(step), metrics)
         self.history.append((int(step), dict(metrics)))
         if self.pruned_step is not None or self.diverged is not None:
             return True
@@ -212,6 +215,7 @@ class TrialRun:
             trial_dir=str(self.trial_dir),
             study_dir=str(spec.path.parent),
             command=self._command(),
+            resume=self.resume.payload() if self.resume is not None else None,
         )
 
     def _command(self) -> CommandPayload | None:
@@ -252,6 +256,11 @@ class TrialRun:
         if self.trial_dir.exists():
             shutil.rmtree(self.trial_dir)
         self.trial_dir.mkdir(parents=True)
+        if spec.trials.resume:
+            self.resume, note = resume.prepare(self)
+            self._set_attrs({"resume_dir": str(self.resume.state_dir)})
+            if note is not None and self.study.out is not None:
+                self.study.out(note)
         payload_path = self.trial_dir / "payload.json"
         self.payload().write(payload_path)
 
@@ -372,6 +381,8 @@ class TrialRun:
         if self.pruned_step is not None:
             attrs["pruned_step"] = self.pruned_step
         strays = getattr(self.process, "strays", None)
+        if self.resume is not None:
+            attrs.update(resume.end_attrs(self.resume))
         if strays:
             # Processes that left the trial's group, found by its token and stopped.
             attrs["strays_stopped"] = list(strays)
@@ -431,6 +442,8 @@ class TrialRun:
                     ),
                     "recording",
                 )
+        if self.resume is not None:
+            resume.on_end(self, outcome)
         self._apply_keep_logs(outcome.state)
         bs = self.attrs.get("batch_size")
         return TrialOutcome(

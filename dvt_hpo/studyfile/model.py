@@ -146,6 +146,9 @@ class TrialsSpec:
     preload: tuple[str, ...] = domain(())  # more modules the warm template imports
     log_limit: int | None = domain(10 * 1024**2)  # bytes per stream and trial; None: no cap
     keep_logs: Literal["all", "failed", "none"] = rule("all")  # logs of finished trials
+    # Keep a latest-only resume state while a trial runs, for its retry copy (docs/resume.md).
+    resume: bool = rule(False)
+    resume_every_s: float = rule(60.0, ge=0)  # at most one save per this many seconds
 
 
 @dataclass(frozen=True)

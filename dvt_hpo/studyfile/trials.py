@@ -70,6 +70,8 @@ def read_trials(r: Reader, root: Mapping[str, Any], study_name: str) -> TrialsSp
         preload=read_preload(r, sec, key),
         log_limit=read_log_limit(r, sec, key),
         keep_logs=sec.get("keep_logs", defaults.keep_logs),
+        resume=sec.get("resume", defaults.resume),
+        resume_every_s=sec.get("resume_every_s", defaults.resume_every_s),
     )
 
 
