@@ -211,11 +211,8 @@ class StudyRunner:
                 max_retries=self.spec.trials.max_retries,
                 is_ours=self.running.__contains__,
                 lock=self.retry_lock,
-                on_failed=self._swept if self.spec.trials.resume else None,
+                on_failed=resume.sweep_hook(self.spec),
             )
-
-    def _swept(self, trial: optuna.trial.FrozenTrial, retry: bool) -> None:
-        resume.after_sweep(self.spec, trial, retry)  # trials.resume: whoever ends it deletes
 
     def budget(self) -> recovery.Budget:
         with self.study_lock:
@@ -484,10 +481,7 @@ class StudyRunner:
                     "reason", "another worker took the last trial of study.n_trials first"
                 )
                 tell(self.study, trial, state=recovery.trial_state("FAIL"))
-                if spec.trials.resume:
-                    # Closed, never run: its chain's resume state goes with it.
-                    root = resume.root_number(self.storage.get_trial(trial_id))
-                    resume.discard(resume.chain_dir(spec, root))
+                resume.closed_unrun(spec, self.storage.get_trial(trial_id))
                 return False
             params = space.sample(trial, spec.search_space)
         kill_points.reached("start:params")

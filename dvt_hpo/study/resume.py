@@ -16,15 +16,20 @@ attempt (the first of Optuna's ``retry_history``), so every copy of a copy finds
 The folder is kept only while a copy will continue it: whoever records how an attempt ended
 (the worker, or the sweep that fails a stale one) deletes it unless the attempt was
 interrupted and its chain has a retry left. A copy of an attempt that failed by itself (a
-``--retry-failed`` copy) never uses it. This module imports no torch.
+``--retry-failed`` copy) never uses it. This module imports no torch; ``run`` below is a :class:`~dvt_hpo.study.trial_run.TrialRun`
+(not imported: it imports this module).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
 import math
+import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,7 +42,6 @@ if TYPE_CHECKING:
     import optuna
 
     from dvt_hpo.study.outcome import Outcome
-    from dvt_hpo.study.trial_run import TrialRun
     from dvt_hpo.studyfile import StudySpec
 
 __all__ = [
@@ -46,8 +50,10 @@ __all__ = [
     "RESUME_FOLDER",
     "ResumePlan",
     "after_sweep",
+    "closed_unrun",
     "before_report",
     "chain_dir",
+    "dir_bytes",
     "discard",
     "end_attrs",
     "fingerprint",
@@ -55,6 +61,7 @@ __all__ = [
     "prepare",
     "resume_root",
     "root_number",
+    "sweep_hook",
 ]
 
 RESUME_FOLDER = "resume"
@@ -92,6 +99,16 @@ def fingerprint(spec: StudySpec, params: dict[str, Any]) -> str:
     }
     text = json.dumps(described, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def dir_bytes(path: str | os.PathLike[str]) -> int:
+    """Bytes of the files under ``path`` (0 when it is missing): ``status`` shows it."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):  # replaced or removed while walking
+                total += os.path.getsize(os.path.join(root, name))
+    return total
 
 
 def discard(path: Path) -> None:
@@ -143,7 +160,7 @@ class ResumePlan:
         )
 
 
-def prepare(run: TrialRun) -> tuple[ResumePlan, str | None]:
+def prepare(run: Any) -> tuple[ResumePlan, str | None]:
     """The resume folder of ``run``'s chain, checked (a folder it must not use is wiped) and
     made; with the one line to say, if any (why a copy starts from epoch 0, or where it
     resumes)."""
@@ -204,7 +221,7 @@ def prepare(run: TrialRun) -> tuple[ResumePlan, str | None]:
     return plan, note
 
 
-def before_report(run: TrialRun, step: int, metrics: dict[str, float]) -> None:
+def before_report(run: Any, step: int, metrics: dict[str, float]) -> None:
     """At each report, before it is stored: the first one splices the chain's earlier
     reports in (the steps before it, stored in Optuna too, so pruning sees the whole curve);
     every one is appended to the chain's ``curve.json``."""
@@ -241,7 +258,7 @@ def _kept(retry: bool, chain_length: int, max_retries: int) -> bool:
     return retry and chain_length < max_retries
 
 
-def on_end(run: TrialRun, outcome: Outcome) -> None:
+def on_end(run: Any, outcome: Outcome) -> None:
     """After the worker recorded how ``run`` ended: its folder goes unless a copy follows."""
     plan = run.resume
     if plan is not None and not _kept(
@@ -254,3 +271,14 @@ def after_sweep(spec: StudySpec, trial: optuna.trial.FrozenTrial, retry: bool) -
     """After a sweep failed the stale ``trial`` (``retry``: for a retry): as :func:`on_end`."""
     if not _kept(retry, len(recovery.retry_history(trial)), spec.trials.max_retries):
         discard(chain_dir(spec, root_number(trial)))
+
+
+def sweep_hook(spec: StudySpec) -> Callable[[optuna.trial.FrozenTrial, bool], None] | None:
+    """``recovery.reconcile``'s ``on_failed`` with ``trials.resume`` on (else None)."""
+    return functools.partial(after_sweep, spec) if spec.trials.resume else None
+
+
+def closed_unrun(spec: StudySpec, trial: optuna.trial.FrozenTrial) -> None:
+    """A copy closed as over budget when it started: its chain's state goes with it."""
+    if spec.trials.resume:
+        after_sweep(spec, trial, retry=False)

@@ -18,7 +18,6 @@ torch is imported only when a state is saved or loaded.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -37,20 +36,7 @@ __all__ = [
     "STATE_FILE",
     "ResumeAPI",
     "ResumeState",
-    "dir_bytes",
 ]
-
-
-def dir_bytes(path: str | os.PathLike[str]) -> int:
-    """Bytes of the files under ``path`` (0 when it is missing)."""
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.path.getsize(os.path.join(root, name))
-            except OSError:
-                continue  # replaced or removed while walking
-    return total
 
 
 class ResumeState:

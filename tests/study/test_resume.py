@@ -106,9 +106,11 @@ def wait_for(predicate: Callable[[], Any], proc: subprocess.Popen[str], timeout_
         time.sleep(0.05)
 
 
-def interrupted_run(path: Path, hold_at: int, sig: int) -> None:
+def interrupted_run(
+    path: Path, hold_at: int, sig: int, while_held: Callable[[], None] | None = None
+) -> None:
     """Run the study until its first trial holds after saving step ``hold_at``, then stop
-    the worker with ``sig``."""
+    the worker with ``sig`` (``while_held`` first)."""
     hold_file = path.parent / "held.txt"
     hold_file.unlink(missing_ok=True)
     proc = subprocess.Popen(
@@ -120,6 +122,8 @@ def interrupted_run(path: Path, hold_at: int, sig: int) -> None:
         text=True,
     )
     wait_for(hold_file.exists, proc, 180)
+    if while_held is not None:
+        while_held()
     proc.send_signal(sig)
     proc.communicate(timeout=60)
 
@@ -202,7 +206,21 @@ def expected_curve(x: float, epochs: int) -> dict[int, float]:
 
 def test_entry_point_resumes_and_state_goes_at_the_end(tmp_path: Path, unique_name: str) -> None:
     path = write_doc(tmp_path, counter_doc(unique_name, tmp_path))
-    interrupted_run(path, hold_at=1, sig=signal.SIGTERM)
+    shown: list[str] = []
+
+    def status() -> None:
+        done = subprocess.run(
+            [sys.executable, "-m", "dvt_hpo", "status", str(path)],
+            env=env_with(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        shown.append(done.stdout)
+
+    interrupted_run(path, hold_at=1, sig=signal.SIGTERM, while_held=status)
+    (running,) = [line for line in shown[0].splitlines() if line.startswith("  trial    0")]
+    assert "resume state " in running and "B" in running.split("resume state ")[1], shown[0]
     done = run_cli(path)
     assert done.returncode == 0, done.stdout + done.stderr
     first, copy = load(path, unique_name).trials
@@ -294,3 +312,27 @@ def test_a_state_with_another_fingerprint_is_refused_by_the_trial(tmp_path: Path
     (state_dir / "state.pt").write_bytes(b"garbage")
     assert same.load() is None
     assert "unreadable" in "".join(lines)
+
+
+def test_command_trainer_resumes(tmp_path: Path, unique_name: str) -> None:
+    doc = counter_doc(unique_name, tmp_path)
+    doc["trainer"] = {
+        "command": [
+            "{python}",
+            str(ROOT / "tests" / "entrypoints" / "cmd_resume.py"),
+            "--x={x}",
+            "--resume-dir={resume_dir}",
+            "--trial={trial_number}",
+            f"--log={tmp_path / 'starts.txt'}",
+        ],
+        "config": {"x": 0.5},
+    }
+    path = write_doc(tmp_path, doc)
+    interrupted_run(path, hold_at=2, sig=signal.SIGTERM)
+    done = run_cli(path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    first, copy = load(path, unique_name).trials
+    assert starts(tmp_path) == [(0, 0), (1, 3)]
+    assert copy.intermediate_values == expected_curve(first.params["x"], 5)
+    assert copy.user_attrs["resumed_epochs"] == 3
+    assert not chain_folder(path, unique_name).exists()
