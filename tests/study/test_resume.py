@@ -336,3 +336,38 @@ def test_command_trainer_resumes(tmp_path: Path, unique_name: str) -> None:
     assert copy.intermediate_values == expected_curve(first.params["x"], 5)
     assert copy.user_attrs["resumed_epochs"] == 3
     assert not chain_folder(path, unique_name).exists()
+
+
+DDP = {"launcher": "torchrun", "nproc_per_node": 2, "warm": False}
+
+
+def ddp_doc(name: str, tmp: Path, *, resume: bool) -> dict[str, Any]:
+    doc = study_doc(name, tmp)
+    doc["trials"].update(DDP, resume=resume)
+    doc["batch_size"] = {"auto": True, "min": 8, "max": 32}
+    doc["trainer"]["config"]["data"] = {"kind": "digits", "max_samples": 400, "batch_size": 16}
+    return doc
+
+
+def test_ddp_trial_resumes_bit_for_bit(tmp_path: Path, unique_name: str) -> None:
+    """Two gloo ranks: rank 0 writes the state, both load it; the copy keeps the batch size
+    found by the first attempt (no new search) and ends with the uninterrupted value."""
+    ref_dir = tmp_path / "reference"
+    ref_dir.mkdir()
+    ref_path = write_doc(ref_dir, ddp_doc("reference", ref_dir, resume=False))
+    done = run_cli(ref_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (reference,) = load(ref_path, "reference").trials
+
+    path = write_doc(tmp_path, ddp_doc(unique_name, tmp_path, resume=True))
+    interrupted_run(path, hold_at=2, sig=signal.SIGTERM)
+    done = run_cli(path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    first, copy = load(path, unique_name).trials
+    assert copy.state.name == "COMPLETE", copy.user_attrs
+    assert copy.value == reference.value
+    assert copy.intermediate_values == reference.intermediate_values
+    assert copy.user_attrs["resumed_epochs"] == 3
+    assert copy.user_attrs["batch_size"] == first.user_attrs["batch_size"]
+    assert copy.user_attrs["batch_size_cache"] == first.user_attrs["batch_size_cache"] == "miss"
+    assert not chain_folder(path, unique_name).exists()
