@@ -8,7 +8,7 @@ epoch (SIGTERM of the worker, or ``kill -9``) without racing the training.
 ``counter``: an entry point of its own using ``ctx.load_state`` / ``ctx.save_state``: each
 epoch ``value = value * 0.5 + x`` (``x`` the param), reported as ``score``; ``epochs`` epochs
 (config); ``fail_at``: raise after saving that epoch (a trial that fails by itself); the
-same hold as ``train``. Each attempt appends ``"<trial> <first epoch>"`` to
+same hold as ``train`` (or ``config["hold"] = {"at": k, "file": path}``). Each attempt appends ``"<trial> <first epoch>"`` to
 ``config["log"]`` so a test sees where every attempt started.
 """
 
@@ -23,14 +23,15 @@ ENV_HOLD_AT = "DVT_TEST_HOLD_AT"
 ENV_HOLD_FILE = "DVT_TEST_HOLD_FILE"
 
 
-def _hold(step: int | None, ctx: Any) -> None:
-    at = os.environ.get(ENV_HOLD_AT)
+def _hold(step: int | None, ctx: Any, config: dict[str, Any] | None = None) -> None:
+    hold = (config or {}).get("hold") or {}  # a Slurm job may not see the test's variables
+    at = hold.get("at", os.environ.get(ENV_HOLD_AT))
     if at is None or step != int(at):
         return
-    # Only the chain's first attempt holds: a copy runs to its end.
-    if ctx.trial_number != int(os.environ.get("DVT_TEST_HOLD_TRIAL", "0")):
+    # Only trial 0 (the chain's first attempt) holds: a copy runs to its end.
+    if ctx.trial_number != 0:
         return
-    Path(os.environ[ENV_HOLD_FILE]).write_text(f"{ctx.trial_number} {step}\n")
+    Path(hold.get("file") or os.environ[ENV_HOLD_FILE]).write_text(f"{ctx.trial_number} {step}\n")
     while True:  # ended by SIGTERM (TrialStopped) or SIGKILL
         time.sleep(0.05)
 
@@ -71,5 +72,5 @@ def counter(config: dict[str, Any], ctx: Any) -> dict[str, float]:
         ctx.save_state({"epoch": epoch, "value": value}, force=True)
         if config.get("fail_at") == epoch:
             raise RuntimeError(f"failed by itself at epoch {epoch}")
-        _hold(epoch, ctx)
+        _hold(epoch, ctx, config)
     return {"score": value}
