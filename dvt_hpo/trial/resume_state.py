@@ -83,22 +83,27 @@ class ResumeState:
             torch.save(wrapped, f)
 
         write_atomic(self.dir / STATE_FILE, write)
-        took = time.perf_counter() - began
+        self.record(self.dir / STATE_FILE, step=step, save_s=time.perf_counter() - began)
+        return True
+
+    def record(self, path: Path, *, step: int | None, save_s: float) -> None:
+        """A state was saved at ``path`` (by :meth:`save`, or by a trainer in its own format):
+        ``saved.json`` for the orchestrator and ``status``, and the interval starts again."""
         write_json_atomic(
             self.dir / SAVED_FILE,
             {
                 "fingerprint": self.payload.fingerprint,
                 "attempt": self.payload.attempt,
                 "step": step,
-                "bytes": (self.dir / STATE_FILE).stat().st_size,
-                "save_s": round(took, 4),
+                "file": path.name,
+                "bytes": path.stat().st_size,
+                "save_s": round(save_s, 4),
                 "time_unix": time.time(),
             },
         )
         self._last = time.monotonic()
         self.saves += 1
-        self.save_s += time.perf_counter() - began
-        return True
+        self.save_s += save_s
 
     def saved_step(self) -> int | None:
         """The step of the last state saved in this folder, from ``saved.json``."""
@@ -171,15 +176,25 @@ class ResumeAPI:
             step = history[-1][0] if history else None
         saved = self._resume.save(obj, step=step, force=force)
         if saved:
-            set_attrs = getattr(self, "set_user_attrs", None)
-            if set_attrs is not None:
-                set_attrs(
-                    {
-                        "resume_saves": self._resume.saves,
-                        "resume_save_s": round(self._resume.save_s, 4),
-                    }
-                )
+            self._saved_attrs()
         return saved
+
+    def mark_saved(self, path: str | Path, *, step: int | None, save_s: float) -> None:
+        """A trainer that writes its own state format into :attr:`resume_dir` (atomically)
+        says so here: the ``resume_every_s`` interval starts again and the save is counted."""
+        if self._resume is not None and self._resume.is_chief:
+            self._resume.record(Path(path), step=step, save_s=save_s)
+            self._saved_attrs()
+
+    def _saved_attrs(self) -> None:
+        set_attrs = getattr(self, "set_user_attrs", None)
+        if set_attrs is not None and self._resume is not None:
+            set_attrs(
+                {
+                    "resume_saves": self._resume.saves,
+                    "resume_save_s": round(self._resume.save_s, 4),
+                }
+            )
 
     def load_state(self) -> Any | None:
         """The latest resume state of this trial's chain (every rank), or None."""

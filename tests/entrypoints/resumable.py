@@ -5,6 +5,8 @@ attempt after it saved the state of step ``$DVT_TEST_HOLD_AT``: it writes
 ``$DVT_TEST_HOLD_FILE`` and sleeps until it is stopped, so a test interrupts it at a known
 epoch (SIGTERM of the worker, or ``kill -9``) without racing the training.
 
+``dvt``: the deepvisiontools backend through the same holding ctx.
+
 ``counter``: an entry point of its own using ``ctx.load_state`` / ``ctx.save_state``: each
 epoch ``value = value * 0.5 + x`` (``x`` the param), reported as ``score``; ``epochs`` epochs
 (config); ``fail_at``: raise after saving that epoch (a trial that fails by itself); the
@@ -51,9 +53,20 @@ class _Holding:
             _hold(step, self._ctx)
         return saved
 
+    def mark_saved(self, path: Any, *, step: int | None, save_s: float) -> None:
+        self._ctx.mark_saved(path, step=step, save_s=save_s)
+        _hold(step, self._ctx)
+
 
 def train(config: dict[str, Any], ctx: Any) -> dict[str, float]:
     from dvt_hpo.train import run
+
+    return run(config, _Holding(ctx))
+
+
+def dvt(config: dict[str, Any], ctx: Any) -> dict[str, float]:
+    """The deepvisiontools backend, with the same hold as ``train``."""
+    from dvt_hpo.backends.deepvisiontools import run
 
     return run(config, _Holding(ctx))
 
