@@ -287,33 +287,6 @@ def test_state_of_other_params_is_never_loaded(tmp_path: Path, unique_name: str)
     assert starts(tmp_path) == [(0, 0), (1, 0)]
 
 
-def test_a_state_with_another_fingerprint_is_refused_by_the_trial(tmp_path: Path) -> None:
-    """The trial side checks the fingerprint inside the state too (a file copied in)."""
-    from dvt_hpo.trial.resume_state import ResumeState
-    from dvt_hpo.wire.payload import ResumePayload
-
-    state_dir = tmp_path / "state"
-    writer = ResumeState(ResumePayload(str(state_dir), "params-a", every_s=0))
-    assert writer.save({"epoch": 3}, step=3)
-    lines: list[str] = []
-
-    class Out:
-        def write(self, text: str) -> None:
-            lines.append(text)
-
-        def flush(self) -> None:
-            return None
-
-    reader = ResumeState(ResumePayload(str(state_dir), "params-b", expect=True), out=Out())  # type: ignore[arg-type]
-    assert reader.load() is None
-    assert "written with other params" in "".join(lines)
-    same = ResumeState(ResumePayload(str(state_dir), "params-a", expect=True), out=Out())  # type: ignore[arg-type]
-    assert same.load() == {"epoch": 3}
-    (state_dir / "state.pt").write_bytes(b"garbage")
-    assert same.load() is None
-    assert "unreadable" in "".join(lines)
-
-
 def test_command_trainer_resumes(tmp_path: Path, unique_name: str) -> None:
     doc = counter_doc(unique_name, tmp_path)
     doc["trainer"] = {
