@@ -27,6 +27,8 @@ RESERVED = {
     "trial_dir": "the trial's folder",
     "trial_number": "the trial's number",
     "python": "the Python interpreter running dvt-hpo (the same virtual environment)",
+    # trials.resume: the script writes its state there and reads it when it is not empty.
+    "resume_dir": "the trial's resume folder (trials.resume; else an empty folder)",
 }
 
 _formatter = string.Formatter()

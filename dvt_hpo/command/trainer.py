@@ -40,6 +40,7 @@ from dvt_hpo.command.template import render
 from dvt_hpo.config.paths import get_path
 from dvt_hpo.exceptions import CommandFailed, TrialPruned
 from dvt_hpo.trial.context import raise_if_stopped
+from dvt_hpo.trial.resume_state import ENV_RESUME_DIR
 from dvt_hpo.wire.control_server import short_socket_dir
 from dvt_hpo.wire.payload import CommandPayload
 from dvt_hpo.wire.protocol import ENV_CONTROL, ENV_REPORT
@@ -72,6 +73,8 @@ def run(config: Mapping[str, Any], ctx: Context, *, command: CommandPayload) -> 
     with _Relay(reporter) as relay:
         env = {k: v for k, v in os.environ.items() if k != ENV_CONTROL}
         env[ENV_REPORT] = relay.path
+        if ctx.resume_dir is not None:
+            env[ENV_RESUME_DIR] = str(ctx.resume_dir)
         try:
             proc = subprocess.Popen(
                 argv,
@@ -139,6 +142,8 @@ def _lookup(
     }
 
     def lookup(name: str) -> Any:
+        if name == "resume_dir":  # made only when the command names it
+            return str(_resume_dir(ctx, trial_dir))
         if name in reserved:
             return reserved[name]
         try:
@@ -148,6 +153,14 @@ def _lookup(
             raise CommandFailed(f"placeholder {{{name}}} has no value: {detail}") from None
 
     return lookup
+
+
+def _resume_dir(ctx: Context, trial_dir: Path) -> Path:
+    """``{resume_dir}``: the chain's folder with trials.resume; else an empty folder of this
+    attempt, so a script written for resume starts from epoch 0."""
+    path = ctx.resume_dir if ctx.resume_dir is not None else trial_dir / "resume"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def _write_configs(config: Mapping[str, Any], trial_dir: Path) -> None:

@@ -58,6 +58,7 @@ class StudyHandle:
     # study.budget (None without one): a strict one is asked at each report; its spent / total
     # goes with each finished trial's event.
     budget: BudgetWatch | None = None
+    out: Callable[[str], None] | None = None  # the run's lines (trials.resume says one)
 
 
 __all__ = ["Retrying", "StudyHandle"]

@@ -36,6 +36,7 @@ from dvt_hpo.study import (
     kill_points,
     plateau,
     recovery,
+    resume,
     space,
     stop_rules,
     stopped_nodes,
@@ -179,6 +180,7 @@ class StudyRunner:
             fail_attempt=self.fail_attempt,
             worker_stopped=self.worker_stopped,
             budget=compute_budget.watch(self),  # study.budget: gates launches, strict stops
+            out=self.out,
         )
         self.ledger = recovery.Ledger(
             self.study, self.storage, self.study_id, max_retries=self.spec.trials.max_retries
@@ -219,6 +221,7 @@ class StudyRunner:
                 max_retries=self.spec.trials.max_retries,
                 is_ours=self.running.__contains__,
                 lock=self.retry_lock,
+                on_failed=resume.sweep_hook(self.spec),
             )
 
     def budget(self) -> recovery.Budget:
@@ -298,6 +301,7 @@ class StudyRunner:
                 + (f"{n_done}/{n_trials} trials done, " if n_trials else f"{n_done} done, ")
                 + f"{spec.trials.parallel} at a time"
                 + (f", {devices.packing_text(slots, spec.trials.per_gpu)}" if packing else "")
+                + (f"; resume states in {resume.resume_root(spec)}" if spec.trials.resume else "")
             )
             self.out(run_messages.dashboard_hint(spec.path, spec.overrides))
             stop_message = self._loop(slots)
@@ -493,6 +497,7 @@ class StudyRunner:
                     "reason", "another worker took the last trial of study.n_trials first"
                 )
                 tell(self.study, trial, state=recovery.trial_state("FAIL"))
+                resume.closed_unrun(spec, self.storage.get_trial(trial_id))
                 return False
             params = space.sample(trial, spec.search_space)
         kill_points.reached("start:params")

@@ -216,17 +216,21 @@ def reconcile(
     max_retries: int,
     is_ours: Callable[[int], bool],
     lock: Lock = contextlib.nullcontext,
+    on_failed: Callable[[optuna.trial.FrozenTrial, bool], None] | None = None,
 ) -> None:
     """The sweep: fail the trials of dead workers (stale, or never given a heartbeat) for a
-    retry, and enqueue every copy still missing (also those a killed worker left)."""
+    retry, and enqueue every copy still missing (also those a killed worker left).
+    ``on_failed(trial, retry)`` is called for each trial this sweep failed."""
     for trial in stale.stale_trials(study, storage, grace_period_s=grace_period_s):
         if is_ours(trial.number):
             continue
         # Closed as over budget but killed before the FAIL: closed, not retried.
         retry = not trial.system_attrs.get(OVER_BUDGET_ATTR)
-        fail_attempt(
+        failed = fail_attempt(
             study, storage, trial._trial_id, retry=retry, max_retries=max_retries, enqueue=False
         )
+        if failed and on_failed is not None:
+            on_failed(trial, retry)
     try:
         enqueue_retries(study, max_retries=max_retries, lock=lock)
     except TimeoutError:

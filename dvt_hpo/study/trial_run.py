@@ -25,7 +25,7 @@ from dvt_hpo.process import cgroup, launch
 from dvt_hpo.process.devices import Slot
 from dvt_hpo.process.gpu_share import GpuShare
 from dvt_hpo.process.tree import TrialProcess, describe_exit
-from dvt_hpo.study import kill_points, node_health, recovery
+from dvt_hpo.study import kill_points, node_health, recovery, resume
 from dvt_hpo.study.constraints import store_constraints
 from dvt_hpo.study.events import TrialReported
 from dvt_hpo.study.outcome import (
@@ -112,6 +112,7 @@ class TrialRun:
         self._oom_kills: int | None = None  # the cgroup's count when the trial started
         self.start_time = time.monotonic()
         self.trial_dir = self.spec.trials.runs_dir / f"trial-{self.number:04d}"
+        self.resume: resume.ResumePlan | None = None  # trials.resume: set at launch
         self.thread = threading.Thread(
             target=self._run_safely, name=f"trial-{self.number}", daemon=True
         )
@@ -125,6 +126,8 @@ class TrialRun:
         self.stop_event.set()
 
     def on_report(self, step: int, metrics: dict[str, float]) -> bool:
+        if self.resume is not None:
+            resume.before_report(self, int(step), metrics)
         self.history.append((int(step), dict(metrics)))
         if self.pruned_step is not None or self.diverged is not None:
             return True
@@ -253,6 +256,7 @@ class TrialRun:
             trial_dir=str(self.trial_dir),
             study_dir=str(spec.path.parent),
             command=self._command(),
+            resume=self.resume.payload() if self.resume is not None else None,
         )
 
     def _command(self) -> CommandPayload | None:
@@ -293,6 +297,11 @@ class TrialRun:
         if self.trial_dir.exists():
             shutil.rmtree(self.trial_dir)
         self.trial_dir.mkdir(parents=True)
+        if spec.trials.resume:
+            self.resume, note = resume.prepare(self)
+            self._set_attrs({"resume_dir": str(self.resume.state_dir)})
+            if note is not None and self.study.out is not None:
+                self.study.out(note)
         payload_path = self.trial_dir / "payload.json"
         self.payload().write(payload_path)
 
@@ -426,6 +435,8 @@ class TrialRun:
             attrs["status"] = "over-budget"
             attrs["over_budget"] = self.over_budget
         strays = getattr(self.process, "strays", None)
+        if self.resume is not None:
+            attrs.update(resume.end_attrs(self.resume))
         if strays:
             # Processes that left the trial's group, found by its token and stopped.
             attrs["strays_stopped"] = list(strays)
@@ -494,6 +505,8 @@ class TrialRun:
                     ),
                     "recording",
                 )
+        if self.resume is not None:
+            resume.on_end(self, outcome)
         self._apply_keep_logs(outcome.state)
         if self.study.budget is not None:
             # After the tell: the study's spent / total with this trial, for the observers.

@@ -363,6 +363,17 @@ class TrialsSpec:
         doc="Trials in a row failed of the machine (CUDA, driver, NCCL, ECC, a cgroup OOM-kill) "
         "after which a worker stops and exits 1; they are retried elsewhere (0: off).",
     )
+    resume: bool = rule(
+        False,
+        doc="Keep a latest-only resume state while a trial runs, so its retry copy after an "
+        "interruption continues from the saved epoch; deleted when the trial ends.",
+    )  # docs/resume.md
+    resume_every_s: float = rule(
+        60.0,
+        ge=0,
+        doc="At most one resume save per this many seconds, at the end of an epoch (0: every "
+        "epoch).",
+    )
 
 
 @dataclass(frozen=True)

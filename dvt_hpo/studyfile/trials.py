@@ -71,6 +71,8 @@ def read_trials(r: Reader, root: Mapping[str, Any], study_name: str) -> TrialsSp
         log_limit=read_log_limit(r, sec, key),
         keep_logs=sec.get("keep_logs", defaults.keep_logs),
         node_failures=sec.get("node_failures", defaults.node_failures),
+        resume=sec.get("resume", defaults.resume),
+        resume_every_s=sec.get("resume_every_s", defaults.resume_every_s),
     )
 
 

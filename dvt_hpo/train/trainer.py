@@ -37,6 +37,7 @@ from dvt_hpo.metrics import (
     counts_from_confusion_matrix,
     macro_f1,
 )
+from dvt_hpo.train import resume as resume_state
 from dvt_hpo.train.config import (
     CheckpointConfig,
     EmaConfig,
@@ -435,6 +436,7 @@ class Trainer:
         self.cfg = cfg
         self.ctx = ctx
         self._chief_stopped = False  # the chief left early (pruned or failed in ctx.report)
+        self._batch_attrs: dict[str, Any] = {}  # a resumed run's batch-size attrs
 
     def fit(self) -> dict[str, float]:
         set_runtime(self.cfg)
@@ -468,8 +470,16 @@ class Trainer:
         # 1. Data (the split is seeded by cfg.seed, the same on every rank).
         data = build_data(cfg.data, cfg.seed)
 
-        # 2. Batch size: the largest that fits, found by real steps, shared by all ranks.
-        cfg = self._choose_batch_size(cfg, data)
+        # 2. Batch size: the largest that fits, found by real steps, shared by all ranks (a
+        # resumed run keeps the one it trained with: trials.resume).
+        resumed = resume_state.load(self.ctx)
+        if resumed is None:
+            cfg = self._choose_batch_size(cfg, data)
+        else:
+            cfg = cfg.with_values(resumed.batch)
+            self._batch_attrs = resumed.batch_attrs
+            if self._batch_attrs and hasattr(self.ctx, "set_user_attrs"):
+                self.ctx.set_user_attrs(self._batch_attrs)
         self.cfg = cfg
 
         # 3. Model, optimizer, scheduler, precision, EMA. Seeded after the probes so that the
@@ -510,8 +520,16 @@ class Trainer:
         # 4. Epochs: train, validate (global metrics), report, checkpoint.
         optimizer_steps = 0
         metrics: dict[str, float] = {}
-        epochs_run = 0
-        for epoch in range(cfg.epochs):
+        epochs_run = first_epoch = 0
+        generator = train_loader.generator
+        if resumed is not None:
+            modules = {"model": raw_model, "ema": ema, "optimizer": optimizer}
+            resume_state.restore_modules(resumed, **modules, scheduler=scheduler, scaler=scaler)
+            resume_state.restore_random(resumed, generator)
+            first_epoch = epochs_run = resumed.next_epoch
+            optimizer_steps, metrics = resumed.optimizer_steps, resumed.metrics
+            log.info("resumed after epoch %d", first_epoch - 1)
+        for epoch in range(first_epoch, cfg.epochs):
             t0 = time.perf_counter()
             if train_sampler is not None:
                 train_sampler.set_epoch(epoch)
@@ -577,9 +595,35 @@ class Trainer:
                 )
             if self._report(epoch, metrics):
                 break
+            self._save_resume(
+                epoch,
+                optimizer_steps=optimizer_steps,
+                metrics=metrics,
+                model=raw_model,
+                ema=ema,
+                optimizer=optimizer,
+                scheduler=scheduler,
+                scaler=scaler,
+                generator=generator,
+            )
         return {**metrics, "epochs_run": float(epochs_run)}
 
     # ---- pieces of fit ---------------------------------------------------------------------
+
+    def _save_resume(self, epoch: int, **parts: Any) -> None:
+        """``trials.resume``: the state after ``epoch`` (rank 0, when due; not after the last
+        epoch, which only the result follows)."""
+        due = getattr(self.ctx, "resume_due", None)
+        if epoch + 1 >= self.cfg.epochs or due is None or not due():
+            return
+        choice = getattr(self.ctx, "batch_size_choice", None)
+        batch = {
+            "data.batch_size": self.cfg.data.batch_size,
+            "precision.accumulate_steps": self.cfg.precision.accumulate_steps,
+        }
+        attrs = choice.user_attrs() if choice is not None else self._batch_attrs
+        state = resume_state.capture(epoch=epoch, batch=batch, batch_attrs=attrs, **parts)
+        self.ctx.save_state(state, step=epoch)
 
     def _choose_batch_size(self, cfg: TrainerConfig, data: DataBundle) -> TrainerConfig:
         find = getattr(self.ctx, "find_batch_size", None)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 from dvt_hpo.batch.search import Probe, ProbeRecord, SearchResult, find_batch_size
 from dvt_hpo.exceptions import BatchSizeError, TrialPruned, TrialStopped
 from dvt_hpo.report import check_report
+from dvt_hpo.trial.resume_state import ResumeAPI
 from dvt_hpo.wire.control_client import ControlClient
 
 if TYPE_CHECKING:
@@ -146,8 +147,9 @@ def _format_value(value: float) -> str:
     return f"{value:.4g}" if abs(value) < 1e4 else f"{value:.6g}"
 
 
-class _BaseContext:
-    """What both contexts share; subclasses supply the four channel operations."""
+class _BaseContext(ResumeAPI):
+    """What both contexts share; subclasses supply the four channel operations (the resume
+    state API comes from :class:`~dvt_hpo.trial.resume_state.ResumeAPI`)."""
 
     def __init__(
         self,

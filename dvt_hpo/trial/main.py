@@ -46,6 +46,7 @@ from dvt_hpo.trial.context import (
 )
 from dvt_hpo.trial.ending import metrics_of, result_of
 from dvt_hpo.trial.gpu_share import apply_share
+from dvt_hpo.trial.resume_state import ResumeState
 from dvt_hpo.wire.control_client import ControlClient
 from dvt_hpo.wire.payload import PayloadError, TrialPayload
 from dvt_hpo.wire.protocol import (
@@ -234,26 +235,30 @@ def _context(
     """Step 5: the ``ctx`` the entry point gets: the orchestrator's, or a local one by hand."""
     rank, local_rank, world_size = distributed
     if client is None:
-        return LocalContext(
+        ctx: TrialContext | LocalContext = LocalContext(
             batch_size=payload.batch_size,
             params=payload.params,
             trial_dir=trial_dir,
             trial_number=payload.trial_number,
             env=env,
         )
-    return TrialContext(
-        client,
-        trial_number=payload.trial_number,
-        params=payload.params,
-        rank=rank,
-        local_rank=local_rank,
-        world_size=world_size,
-        trial_dir=trial_dir,
-        batch_size=payload.batch_size,
-        cache_key=payload.cache_key,
-        report_timeout_s=payload.limits.report_timeout_s,
-        study_name=payload.study_name,
-    )
+    else:
+        ctx = TrialContext(
+            client,
+            trial_number=payload.trial_number,
+            params=payload.params,
+            rank=rank,
+            local_rank=local_rank,
+            world_size=world_size,
+            trial_dir=trial_dir,
+            batch_size=payload.batch_size,
+            cache_key=payload.cache_key,
+            report_timeout_s=payload.limits.report_timeout_s,
+            study_name=payload.study_name,
+        )
+    if payload.resume is not None:  # trials.resume (docs/resume.md)
+        ctx.attach_resume(ResumeState(payload.resume, rank=rank))
+    return ctx
 
 
 def main(argv: list[str] | None = None) -> int:

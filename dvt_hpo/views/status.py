@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from dvt_hpo.config.units import format_bytes
 from dvt_hpo.store.queries import engine_of, state_counts
 from dvt_hpo.study.budget import (
     OVER_BUDGET_ATTR,
@@ -49,6 +51,7 @@ class RunningTrial:
     # reported yet. With several objectives none of them leads, so ``value`` alone misleads.
     values: list[float | None] = field(default_factory=list)
     worker: str | None = None  # the Slurm array task that runs it ("123_4"), if any
+    resume_bytes: int | None = None  # trials.resume: the size of its resume state on disk
 
 
 @dataclass(frozen=True)
@@ -275,6 +278,7 @@ def read_status(
                 dict(t.params),
                 values,
                 t.user_attrs.get("slurm_worker"),
+                _resume_bytes(t.user_attrs.get("resume_dir")),
             )
         )
     running.sort(key=lambda r: r.number)
@@ -311,6 +315,16 @@ def read_status(
         not_counted=not_counted,
         budget=status_line(storage, study_id, spec, now),
     )
+
+
+def _resume_bytes(folder: Any) -> int | None:
+    """The resume state's size (``trials.resume``), read where the trial keeps it: this
+    machine when the runs folder is shared (the rule on a cluster), else nothing."""
+    if not isinstance(folder, str) or not os.path.isdir(folder):
+        return None
+    from dvt_hpo.study.resume import dir_bytes
+
+    return dir_bytes(folder)
 
 
 def _best_trial(trial: optuna.trial.FrozenTrial) -> BestTrial:
@@ -380,6 +394,7 @@ def format_status(status: StudyStatus) -> str:
             lines.append(
                 f"  trial {r.number:>4}  {_fmt_elapsed(r.elapsed_s)}  {host}  "
                 f"epoch {step}  {reports}  {fmt_params(r.params)}"
+                + (f"  resume state {format_bytes(r.resume_bytes)}" if r.resume_bytes else "")
             )
     if status.pruned:
         lines.append("last pruned:")

@@ -46,6 +46,17 @@ class CommandPayload:
 
 
 @dataclass(frozen=True)
+class ResumePayload:
+    """``trials.resume``: where this trial keeps its resume state (:mod:`dvt_hpo.trial.resume_state`)."""
+
+    dir: str  # the trainer's folder (the attempt chain's, under trials.runs_dir)
+    fingerprint: str  # params + trainer config + search space: a state of another is not loaded
+    every_s: float = 60.0  # at most one save per this many seconds
+    attempt: int = 0  # this trial's number (the state records which attempt wrote it)
+    expect: bool = False  # the orchestrator found a state of this chain to continue from
+
+
+@dataclass(frozen=True)
 class TrialPayload:
     entrypoint: str  # "module:function"
     config: dict[str, Any]
@@ -65,6 +76,7 @@ class TrialPayload:
     study_dir: str | None = None
     command: CommandPayload | None = None
     protocol: int = PROTOCOL_VERSION
+    resume: ResumePayload | None = None  # absent from the file when trials.resume is off
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -74,6 +86,8 @@ class TrialPayload:
         data["gpus"] = list(self.gpus)
         if self.command is not None:
             data["command"]["argv"] = list(self.command.argv)
+        if self.resume is None:
+            del data["resume"]  # trials.resume off: the file stays as it always was
         return data
 
     def write(self, path: str | os.PathLike[str]) -> None:
@@ -126,4 +140,4 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-__all__ = ["CommandPayload", "PayloadError", "TrialLimits", "TrialPayload"]
+__all__ = ["CommandPayload", "PayloadError", "ResumePayload", "TrialLimits", "TrialPayload"]

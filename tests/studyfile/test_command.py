@@ -105,7 +105,7 @@ BAD = [
         "trainer.command[1]",
         "placeholder {lrr}: 'lrr' is not a search dimension, a trainer.config field or a "
         "reserved name; did you mean 'lr'?",
-        "(reserved: {config}, {config_json}, {trial_dir}, {trial_number}, {python})",
+        "(reserved: {config}, {config_json}, {trial_dir}, {trial_number}, {python}, {resume_dir})",
     ),
     case(
         "config-field-typo",

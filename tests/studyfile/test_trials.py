@@ -48,6 +48,8 @@ def test_trials_and_batch_size_options(write: Callable[..., Path], tmp_path: Pat
     assert spec.trials.memory_limit == 512 * 1024**2
     assert spec.trials.runs_dir == tmp_path.resolve() / "out" / "runs"
     assert spec.batch_size.effective == 128 and spec.batch_size.start == 16
+    # trials.resume is off by default; its interval defaults to 60 s.
+    assert spec.trials.resume is False and spec.trials.resume_every_s == 60.0
 
 
 @pytest.mark.parametrize(
@@ -94,6 +96,9 @@ BAD_TRIALS = [
          "at least 16MiB", "4096"),
     case("stop-grace-negative", BASE + "trials: {stop_grace_s: -1}\n", 7, "trials.stop_grace_s",
          ">= 0", "-1"),
+    case("resume-not-bool", BASE + "trials: {resume: maybe}\n", 7, "trials.resume", "maybe"),
+    case("resume-every-negative", BASE + "trials: {resume: true, resume_every_s: -5}\n", 7,
+         "trials.resume_every_s", ">= 0", "-5"),
 ]
 # fmt: on
 

@@ -13,6 +13,7 @@ import math
 import os
 import random
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -24,6 +25,7 @@ from deepvisiontools.train import Trainer, TrainerConfig
 from deepvisiontools.train.hooks import Hook, HookList, MetricsHook
 from deepvisiontools.train.trainer import _resolve_requested_device, _unwrap
 
+from dvt_hpo.backends.deepvisiontools import resume as resume_state
 from dvt_hpo.backends.deepvisiontools.isolation import TrialFolders, output_overrides
 from dvt_hpo.backends.deepvisiontools.probe import make_fits
 from dvt_hpo.backends.deepvisiontools.schema import BackendConfig, DataSection
@@ -121,8 +123,17 @@ class ReportHook(Hook):
     # After MetricsHook (60), LoggingHook (70), CheckpointHook (80), EarlyStoppingHook (90).
     priority = 95
 
-    def __init__(self, ctx: Any, metrics_hook: Any, *, distributed: bool, chief: bool) -> None:
+    def __init__(
+        self,
+        ctx: Any,
+        metrics_hook: Any,
+        *,
+        distributed: bool,
+        chief: bool,
+        resume_from: Path | None = None,
+    ) -> None:
         self.ctx = ctx
+        self.resume_from = resume_from  # trials.resume: the checkpoint fit resumes from
         self.metrics_hook = metrics_hook
         self.distributed = distributed
         self.chief = chief
@@ -134,6 +145,10 @@ class ReportHook(Hook):
         meter = getattr(self.metrics_hook, "valid_meter", None)
         matrix = getattr(getattr(meter, "accumulator", None), "conf_mat", None)
         return matrix.tolist() if isinstance(matrix, torch.Tensor) else None
+
+    def before_train(self, trainer: Any) -> None:
+        if self.resume_from is not None:
+            resume_state.restore_random(self.resume_from, trainer)
 
     def after_epoch(self, trainer: Any, epoch: int, metrics: Any = None) -> None:
         self.epochs_run = epoch + 1
@@ -157,6 +172,8 @@ class ReportHook(Hook):
             stop = bool(flag.item())
         if stop:
             trainer.should_stop = True
+        elif self.chief:
+            resume_state.save(self.ctx, trainer, epoch)  # trials.resume, when a save is due
         if error is not None:
             self.error = error
 
@@ -242,10 +259,14 @@ def train(
     trainer = Trainer(load_config(block, train_loader, valid_loader))
     n_params = sum(p.numel() for p in _unwrap(trainer.model).parameters())
     ctx.set_user_attrs({"n_params": n_params, "run_dir": str(trainer.run_dir)})
-    hook = ReportHook(ctx, trainer._get_hook(MetricsHook), distributed=distributed, chief=rank == 0)
+    resume_from = resume_state.latest(ctx)
+    metrics_hook = trainer._get_hook(MetricsHook)
+    hook = ReportHook(
+        ctx, metrics_hook, distributed=distributed, chief=rank == 0, resume_from=resume_from
+    )
     # deepvisiontools adds hooks only through this private list (1.0.5).
     trainer._hooks = HookList([*trainer._hooks._hooks, hook])
-    trainer.fit(resume=None)
+    trainer.fit(resume=str(resume_from) if resume_from is not None else None)
     hook.raise_if_stopped()
     return {**hook.last, "epochs_run": float(hook.epochs_run), "n_params": float(n_params)}
 

@@ -1,0 +1,89 @@
+"""Entry points for the ``trials.resume`` tests (tests/study/test_resume.py).
+
+``train``: the built-in trainer (``dvt_hpo.train:run``), through a ctx that holds the first
+attempt after it saved the state of step ``$DVT_TEST_HOLD_AT``: it writes
+``$DVT_TEST_HOLD_FILE`` and sleeps until it is stopped, so a test interrupts it at a known
+epoch (SIGTERM of the worker, or ``kill -9``) without racing the training.
+
+``dvt``: the deepvisiontools backend through the same holding ctx.
+
+``counter``: an entry point of its own using ``ctx.load_state`` / ``ctx.save_state``: each
+epoch ``value = value * 0.5 + x`` (``x`` the param), reported as ``score``; ``epochs`` epochs
+(config); ``fail_at``: raise after saving that epoch (a trial that fails by itself); the
+same hold as ``train`` (or ``config["hold"] = {"at": k, "file": path}``). Each attempt appends ``"<trial> <first epoch>"`` to
+``config["log"]`` so a test sees where every attempt started.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+ENV_HOLD_AT = "DVT_TEST_HOLD_AT"
+ENV_HOLD_FILE = "DVT_TEST_HOLD_FILE"
+
+
+def _hold(step: int | None, ctx: Any, config: dict[str, Any] | None = None) -> None:
+    hold = (config or {}).get("hold") or {}  # a Slurm job may not see the test's variables
+    at = hold.get("at", os.environ.get(ENV_HOLD_AT))
+    if at is None or step != int(at):
+        return
+    # Only trial 0 (the chain's first attempt) holds: a copy runs to its end.
+    if ctx.trial_number != 0:
+        return
+    Path(hold.get("file") or os.environ[ENV_HOLD_FILE]).write_text(f"{ctx.trial_number} {step}\n")
+    while True:  # ended by SIGTERM (TrialStopped) or SIGKILL
+        time.sleep(0.05)
+
+
+class _Holding:
+    """``ctx`` with ``save_state`` holding after the save of the hold step."""
+
+    def __init__(self, ctx: Any) -> None:
+        self._ctx = ctx
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ctx, name)
+
+    def save_state(self, obj: Any, *, step: int | None = None, force: bool = False) -> bool:
+        saved = self._ctx.save_state(obj, step=step, force=force)
+        if saved:
+            _hold(step, self._ctx)
+        return saved
+
+    def mark_saved(self, path: Any, *, step: int | None, save_s: float) -> None:
+        self._ctx.mark_saved(path, step=step, save_s=save_s)
+        _hold(step, self._ctx)
+
+
+def train(config: dict[str, Any], ctx: Any) -> dict[str, float]:
+    from dvt_hpo.train import run
+
+    return run(config, _Holding(ctx))
+
+
+def dvt(config: dict[str, Any], ctx: Any) -> dict[str, float]:
+    """The deepvisiontools backend, with the same hold as ``train``."""
+    from dvt_hpo.backends.deepvisiontools import run
+
+    return run(config, _Holding(ctx))
+
+
+def counter(config: dict[str, Any], ctx: Any) -> dict[str, float]:
+    state = ctx.load_state() or {"epoch": -1, "value": 0.0}
+    first = state["epoch"] + 1
+    if config.get("log"):
+        with open(config["log"], "a", encoding="utf-8") as f:
+            f.write(f"{ctx.trial_number} {first}\n")
+    value = float(state["value"])
+    x = float(ctx.params["x"])
+    for epoch in range(first, int(config["epochs"])):
+        value = value * 0.5 + x
+        ctx.report(epoch, {"score": value})
+        ctx.save_state({"epoch": epoch, "value": value}, force=True)
+        if config.get("fail_at") == epoch:
+            raise RuntimeError(f"failed by itself at epoch {epoch}")
+        _hold(epoch, ctx, config)
+    return {"score": value}
