@@ -76,7 +76,7 @@ def _allocator(config: dict[str, Any]) -> tuple[int, Callable[[int], Any]]:
     if config["device"] == "cuda":
         import torch
 
-        from dvt_hpo.trial.gpu_share import allowed_bytes
+        from dvt_hpo.devices.gpu_cap import allowed_bytes
 
         def allocate(n: int) -> Any:
             return torch.full((n,), 7, dtype=torch.uint8, device="cuda")

@@ -147,9 +147,9 @@ def run_keeping_failures(spec: Any, lines: list[str]) -> optuna.Study:
     every trial failed (the run then ends with exit 1's StudyStopped: these tests read the
     failed trials)."""
     from dvt_hpo.exceptions import StudyStopped
-    from dvt_hpo.study.loop import StudyRunner
+    from dvt_hpo.run.runner import study_runner
 
-    runner = StudyRunner(spec, out=lines.append)
+    runner = study_runner(spec, out=lines.append)
     try:
         return runner.run()
     except StudyStopped as exc:

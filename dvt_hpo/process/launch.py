@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
-from dvt_hpo.process.devices import Slot
+from dvt_hpo.devices.slots import Slot
 from dvt_hpo.process.strays import ENV_TRIAL_TOKEN, new_token
 from dvt_hpo.process.tree import TrialProcess, spawner_popen
 from dvt_hpo.process.warm import TemplateUnavailable, WarmTemplate

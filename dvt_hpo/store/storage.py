@@ -1,6 +1,6 @@
 """The study database: opening Optuna storages, creating or loading a study without races.
 
-Supported URLs (see :mod:`dvt_hpo.store.urls` for ``${VAR}`` expansion and redaction):
+Supported URLs (see :mod:`dvt_hpo.studyfile.urls` for ``${VAR}`` expansion and redaction):
 
 - ``sqlite:///relative.db`` / ``sqlite:////abs/path.db``: the embedded default. Opened in WAL
   mode with a long busy timeout, which is what removes "database is locked" when several
@@ -35,13 +35,13 @@ from dvt_hpo.exceptions import DvtHpoError, StudyNotFoundError
 from dvt_hpo.store.errors import storage_error
 from dvt_hpo.store.lock import creation_lock, lock_connect_args, retry_creation_race
 from dvt_hpo.store.queries import add_indexes
-from dvt_hpo.store.redact import redact_text, redact_url
-from dvt_hpo.store.urls import (
+from dvt_hpo.studyfile.urls import (
     expand_env,
     journal_path,
     sqlite_path,
     storage_kind,
 )
+from dvt_hpo.text.redact import redact_text, redact_url
 
 if TYPE_CHECKING:
     import optuna

@@ -19,7 +19,7 @@ from dvt_hpo.exceptions import DvtHpoError
 from dvt_hpo.store.errors import storage_error
 from dvt_hpo.store.lock import lock_connect_args
 from dvt_hpo.store.queries import count_trials
-from dvt_hpo.store.urls import journal_path, sqlite_path, storage_kind
+from dvt_hpo.studyfile.urls import journal_path, sqlite_path, storage_kind
 
 __all__ = ["StoredStudy", "read_stored_study"]
 

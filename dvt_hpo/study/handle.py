@@ -21,7 +21,7 @@ from dvt_hpo.study.outcome import TrialOutcome
 if TYPE_CHECKING:
     import optuna
 
-    from dvt_hpo.studyfile.model import StudySpec
+    from dvt_hpo.spec.model import StudySpec
 
 T = TypeVar("T")
 

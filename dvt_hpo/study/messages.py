@@ -13,16 +13,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dvt_hpo.store.redact import redact_url
-from dvt_hpo.store.urls import storage_kind
+from dvt_hpo.studyfile.urls import storage_kind
+from dvt_hpo.text.redact import redact_url
 
 if TYPE_CHECKING:
     import optuna
 
+    from dvt_hpo.spec.model import StudySpec
     from dvt_hpo.study.events import TrialFinished
     from dvt_hpo.study.front import Best
     from dvt_hpo.studyfile import ObjectiveSpec
-    from dvt_hpo.studyfile.model import StudySpec
 
 
 def objective_text(objective: ObjectiveSpec) -> str:

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from dvt_hpo.config.hints import did_you_mean
-from dvt_hpo.studyfile.model import ConstraintSpec
+from dvt_hpo.spec.model import ConstraintSpec
 
 History = Sequence[tuple[int, Mapping[str, float]]]
 # A pruned trial's constraint that was never reported: infeasible, ranked after every known

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 from dvt_hpo.exceptions import SpecError
 from dvt_hpo.store import compat
 from dvt_hpo.store.queries import count_trials
-from dvt_hpo.store.redact import redact_url
 from dvt_hpo.store.storage import HeartbeatSettings, create_or_load_study, study_storage
 from dvt_hpo.store.stored_study import StoredStudy
+from dvt_hpo.text.redact import redact_url
 
 if TYPE_CHECKING:
     import optuna
 
-    from dvt_hpo.studyfile.model import StudySpec
+    from dvt_hpo.spec.model import StudySpec
 
 ATTR_PREFIX = compat.ATTR_PREFIX
 
@@ -31,7 +31,7 @@ def open_study(
     """``(study, storage, study_id)``, created or loaded, checked against the study file."""
     import optuna
 
-    from dvt_hpo.study.optuna_factory import build_pruner, build_sampler
+    from dvt_hpo.sampling.optuna_factory import build_pruner, build_sampler
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     # We drive heartbeats ourselves around ask/tell (Optuna warns that they are meant for
@@ -76,7 +76,7 @@ def open_study(
 def reseeded_sampler(spec: StudySpec, first_number: int) -> optuna.samplers.BaseSampler:
     """The run's sampler seeded with ``sampler.seed + first_number``, the number of the first
     trial this worker asked (see :meth:`StudyRunner._launch`)."""
-    from dvt_hpo.study.optuna_factory import build_sampler
+    from dvt_hpo.sampling.optuna_factory import build_sampler
 
     return build_sampler(
         spec.study.sampler,

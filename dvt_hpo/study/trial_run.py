@@ -20,12 +20,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.batch.cache import cache_key
+from dvt_hpo.devices.gpu_share import GpuShare
+from dvt_hpo.devices.slots import Slot
 from dvt_hpo.process import launch
-from dvt_hpo.process.devices import Slot
-from dvt_hpo.process.gpu_share import GpuShare
 from dvt_hpo.process.tree import TrialProcess, describe_exit
+from dvt_hpo.sampling.constraints import store_constraints
 from dvt_hpo.study import kill_points, recovery
-from dvt_hpo.study.constraints import store_constraints
 from dvt_hpo.study.events import TrialReported
 from dvt_hpo.study.outcome import (
     Flags,

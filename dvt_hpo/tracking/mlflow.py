@@ -101,7 +101,7 @@ def _text(value: Any) -> str:
 
 def redact_text(text: str) -> str:
     """``text`` with the password of every URL in it replaced (a study file's storage URL)."""
-    from dvt_hpo.store.redact import redact_url
+    from dvt_hpo.text.redact import redact_url
 
     return _URL.sub(lambda m: redact_url(m.group(0)), text)
 
@@ -153,7 +153,7 @@ class MlflowObserver(BaseObserver):
                     target.addFilter(_quiet_on_writer)
         from mlflow.tracking import MlflowClient
 
-        from dvt_hpo.store.redact import redact_url
+        from dvt_hpo.text.redact import redact_url
 
         self.tracking_uri = tracking_uri
         self.shown_uri = redact_url(tracking_uri) if tracking_uri else "the default MLflow store"

@@ -65,7 +65,7 @@ __all__ = [
 
 log = logging.getLogger("dvt_hpo.train")
 
-# One list with validate's check of the objective (dvt_hpo.study.known_metrics).
+# One list with validate's check of the objective (dvt_hpo.spec.known_metrics).
 REPORTED_METRICS = LEARNED
 _AMP_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from dvt_hpo.process.devices import Slot
+from dvt_hpo.devices.slots import Slot
 from dvt_hpo.process.launch import build_command, free_port, tail_lines, trial_env
 from tests.conftest import toy_study
 
@@ -89,8 +89,8 @@ def test_the_process_boundary_never_imports_torch() -> None:
     code = (
         "import sys\n"
         "import dvt_hpo.trial.context, dvt_hpo.process.launch, dvt_hpo.wire.protocol, dvt_hpo.trial.main\n"
-        "import dvt_hpo.wire.control_client, dvt_hpo.wire.payload, dvt_hpo.process.devices\n"
-        "dvt_hpo.process.devices.split_devices('auto', 1)\n"
+        "import dvt_hpo.wire.control_client, dvt_hpo.wire.payload, dvt_hpo.devices.slots\n"
+        "dvt_hpo.devices.slots.split_devices('auto', 1)\n"
         "assert 'torch' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

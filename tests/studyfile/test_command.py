@@ -16,7 +16,7 @@ import yaml
 
 from dvt_hpo.command.trainer import CONFIG_JSON, CONFIG_YAML
 from dvt_hpo.exceptions import SpecError
-from dvt_hpo.study.preflight import load_runnable
+from dvt_hpo.run.preflight import load_runnable
 from dvt_hpo.studyfile import COMMAND_ENTRYPOINT, StudySpec, load_spec
 from tests.studyfile.helpers import bad_file_test, case
 
@@ -54,7 +54,7 @@ def resolved(spec: StudySpec, params: dict[str, Any], trial_dir: Path, number: i
     the trial process's own lookup, on the config the dimensions wrote."""
     from dvt_hpo.command.template import render
     from dvt_hpo.command.trainer import _lookup
-    from dvt_hpo.study.space import apply
+    from dvt_hpo.sampling.space import apply
 
     config = apply(spec.trainer.config, spec.search_space, params)
     names = {dim.name: dim.path for dim in spec.search_space}

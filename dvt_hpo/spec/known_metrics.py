@@ -25,7 +25,7 @@ from dvt_hpo.config.paths import set_path
 
 if TYPE_CHECKING:
     from dvt_hpo.config.source import Doc, Key
-    from dvt_hpo.studyfile.model import StudySpec
+    from dvt_hpo.spec.model import StudySpec
 
 __all__ = ["KNOWN_BY_ENTRYPOINT", "KnownMetrics", "check_known_metrics", "known_for"]
 

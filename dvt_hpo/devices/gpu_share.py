@@ -12,7 +12,7 @@ share leaves :data:`CONTEXT_RESERVE_BYTES` per trial out:
 ``fraction = (total - K * reserve) / (K * total)``.
 
 Stdlib only: the orchestrator puts a :class:`GpuShare` in the payload; the trial process
-applies it with :func:`dvt_hpo.trial.gpu_share.apply_share`, which imports torch.
+applies it with :func:`dvt_hpo.devices.gpu_cap.apply_share`, which imports torch.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import pytest
 
 from dvt_hpo.config import schema
 from dvt_hpo.exceptions import SpecError
-from dvt_hpo.studyfile import model
+from dvt_hpo.spec import model
 from tests.conftest import REPO_ROOT
 
 
@@ -18,7 +18,7 @@ from tests.conftest import REPO_ROOT
 def test_model_imports_neither_optuna_nor_yaml() -> None:
     code = (
         "import sys\n"
-        "from dvt_hpo.studyfile.model import BatchSizeSpec\n"
+        "from dvt_hpo.spec.model import BatchSizeSpec\n"
         "from dvt_hpo.studyfile import StudySpec, BUILTIN_ENTRYPOINT\n"
         "heavy = sorted(m for m in ('optuna', 'yaml', 'torch') if m in sys.modules)\n"
         "assert not heavy, heavy\n"

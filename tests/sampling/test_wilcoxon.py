@@ -1,4 +1,4 @@
-"""dvt-hpo's Wilcoxon pruner decides exactly as Optuna's (dvt_hpo.study.wilcoxon)."""
+"""dvt-hpo's Wilcoxon pruner decides exactly as Optuna's (dvt_hpo.sampling.wilcoxon)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import optuna
 import pytest
 import scipy.stats as ss
 
-from dvt_hpo.study.optuna_factory import build_pruner
-from dvt_hpo.study.wilcoxon import EXACT_MAX_N, WilcoxonPruner, signed_rank_pvalue
+from dvt_hpo.sampling.optuna_factory import build_pruner
+from dvt_hpo.sampling.wilcoxon import EXACT_MAX_N, WilcoxonPruner, signed_rank_pvalue
 from dvt_hpo.studyfile import PrunerSpec
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

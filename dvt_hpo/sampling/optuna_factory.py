@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
-from dvt_hpo.study import space
+from dvt_hpo.sampling import space
 
 if TYPE_CHECKING:
-    from dvt_hpo.studyfile.model import Dimension, PrunerSpec, SamplerSpec
+    from dvt_hpo.spec.model import Dimension, PrunerSpec, SamplerSpec
 
 __all__ = [
     "PRUNER_CLASSES",
@@ -87,9 +87,9 @@ def sampler_class(kind: str) -> type:
 
 def pruner_class(kind: str) -> type:
     """The Optuna pruner class of ``kind`` (``KeyError`` for an unknown kind); ``wilcoxon`` is
-    Optuna's with scipy's slow exact test computed at once (:mod:`dvt_hpo.study.wilcoxon`)."""
+    Optuna's with scipy's slow exact test computed at once (:mod:`dvt_hpo.sampling.wilcoxon`)."""
     if kind == "wilcoxon":
-        from dvt_hpo.study.wilcoxon import WilcoxonPruner
+        from dvt_hpo.sampling.wilcoxon import WilcoxonPruner
 
         return WilcoxonPruner
     cls = getattr(optuna.pruners, PRUNER_CLASSES[kind], None)
@@ -155,7 +155,7 @@ def build_sampler(
       concurrent trials do not all sample the same promising point;
     - ``grid`` gets its ``search_space`` from the dimensions (every value each can take);
     - ``constrained``: the study loop stores each trial's constraint values before telling it
-      (:mod:`dvt_hpo.study.constraints`). Optuna 5's samplers read them themselves (and deprecate
+      (:mod:`dvt_hpo.sampling.constraints`). Optuna 5's samplers read them themselves (and deprecate
       ``constraints_func``); under Optuna 4 samplers that accept one get a ``constraints_func``
       reading them back.
     """
@@ -176,7 +176,7 @@ def build_sampler(
             grid[dim.name] = values
         kwargs["search_space"] = grid
     if constrained and accepts_constraints(spec.kind) and not samplers_read_constraints():
-        from dvt_hpo.study.constraints import stored_constraints
+        from dvt_hpo.sampling.constraints import stored_constraints
 
         kwargs["constraints_func"] = stored_constraints
     return sampler_class(spec.kind)(**kwargs)

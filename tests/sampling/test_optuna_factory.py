@@ -1,11 +1,11 @@
-"""Samplers and pruners built from their spec (dvt_hpo.study.optuna_factory)."""
+"""Samplers and pruners built from their spec (dvt_hpo.sampling.optuna_factory)."""
 
 from __future__ import annotations
 
 import optuna
 import pytest
 
-from dvt_hpo.study import space
+from dvt_hpo.sampling import space
 from dvt_hpo.studyfile import (
     Dimension,
     SamplerSpec,
@@ -68,13 +68,13 @@ def test_build_sampler_grid_enumerates_the_space() -> None:
     ],
 )
 def test_which_samplers_take_several_objectives(kind: str, multi: bool) -> None:
-    from dvt_hpo.study.optuna_factory import supports_multi_objective
+    from dvt_hpo.sampling.optuna_factory import supports_multi_objective
 
     assert supports_multi_objective(kind) is multi
 
 
 def test_constraints_func_goes_to_the_samplers_that_take_one() -> None:
-    from dvt_hpo.study.optuna_factory import accepts_constraints
+    from dvt_hpo.sampling.optuna_factory import accepts_constraints
 
     assert [
         k

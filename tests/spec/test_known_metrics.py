@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from dvt_hpo.exceptions import SpecError
-from dvt_hpo.study.known_metrics import known_for
-from dvt_hpo.study.preflight import load_runnable
+from dvt_hpo.run.preflight import load_runnable
+from dvt_hpo.spec.known_metrics import known_for
 
 DIGITS = """\
 study:

@@ -1,17 +1,17 @@
-"""A trial's share of a GPU (dvt_hpo.process.gpu_share): the arithmetic and what it refuses;
-applying it (dvt_hpo.trial.gpu_share) where CUDA is missing (the CUDA path itself runs in benchmarks/gpu_check.py)."""
+"""A trial's share of a GPU (dvt_hpo.devices.gpu_share): the arithmetic and what it refuses;
+applying it (dvt_hpo.devices.gpu_cap) where CUDA is missing (the CUDA path itself runs in benchmarks/gpu_check.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from dvt_hpo.process.gpu_share import (
+from dvt_hpo.devices.gpu_cap import apply_share
+from dvt_hpo.devices.gpu_share import (
     CONTEXT_RESERVE_BYTES,
     GpuShare,
     GpuShareError,
     memory_fraction,
 )
-from dvt_hpo.trial.gpu_share import apply_share
 
 GIB = 1 << 30
 

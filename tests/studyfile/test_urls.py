@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 
 from dvt_hpo.exceptions import SpecError
-from dvt_hpo.store.redact import redact_text, redact_url, url_secrets
-from dvt_hpo.store.urls import expand_env
+from dvt_hpo.studyfile.urls import expand_env
+from dvt_hpo.text.redact import redact_text, redact_url, url_secrets
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ the study's lock, so every trial's report and the next ``ask`` wait behind it.
 numpy, and gives the same float as scipy (the same count of patterns divided by 2**n, compared
 with scipy's tolerance); every other case is scipy's own call. :class:`WilcoxonPruner` is
 Optuna's pruner with only that call swapped: its ``prune`` follows Optuna's step for step, and
-``tests/study/test_wilcoxon.py`` checks both against scipy and Optuna decision for decision.
+``tests/sampling/test_wilcoxon.py`` checks both against scipy and Optuna decision for decision.
 """
 
 from __future__ import annotations

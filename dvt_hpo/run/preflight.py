@@ -8,7 +8,7 @@
   assignment or import of the name counts; a module with no Python source (compiled) or a
   ``from x import *`` that may provide the name leaves the check undecided, with a note.
 - The objectives and constraints name metrics the trainer reports, where its names are known
-  (:mod:`dvt_hpo.study.known_metrics`).
+  (:mod:`dvt_hpo.spec.known_metrics`).
 - ``tracking.mlflow``: MLflow is installed and accepts the tracking URI
   (:mod:`dvt_hpo.tracking.check`).
 - The storage driver is installed and the GPUs named in ``trials.devices`` exist.
@@ -34,9 +34,9 @@ from dvt_hpo.config.hints import did_you_mean
 from dvt_hpo.config.source import Doc, Key
 from dvt_hpo.exceptions import SpecError
 from dvt_hpo.process import import_path
-from dvt_hpo.study.known_metrics import check_known_metrics
+from dvt_hpo.spec.known_metrics import check_known_metrics
+from dvt_hpo.spec.model import BUILTIN_ENTRYPOINT, StudySpec
 from dvt_hpo.studyfile.load import read_study_file
-from dvt_hpo.studyfile.model import BUILTIN_ENTRYPOINT, StudySpec
 
 __all__ = [
     "EntryPoint",
@@ -191,7 +191,7 @@ def load_runnable(path: str | Path, overrides: Sequence[str] = ()) -> StudySpec:
 
 def check_runnable(doc: Doc, spec: StudySpec) -> None:
     """Raise :class:`SpecError` at the line of the first thing a run could not do."""
-    from dvt_hpo.process.devices import split_devices, visible_gpus
+    from dvt_hpo.devices.slots import split_devices, visible_gpus
     from dvt_hpo.store.storage import check_storage_driver
 
     folder = spec.path.parent

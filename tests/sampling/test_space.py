@@ -5,7 +5,7 @@ import json
 import optuna
 import pytest
 
-from dvt_hpo.study import space
+from dvt_hpo.sampling import space
 from dvt_hpo.studyfile import Condition, Dimension
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -1,6 +1,6 @@
 """Search dimensions: sampling with Optuna, conditions, writing samples into a config, signatures.
 
-A dimension (:class:`dvt_hpo.studyfile.model.Dimension`) names one hyperparameter, its kind and range, and
+A dimension (:class:`dvt_hpo.spec.model.Dimension`) names one hyperparameter, its kind and range, and
 the dotted ``path`` of the trainer config where a sampled value is written. ``when`` makes a
 dimension conditional on the values of earlier ones: when the condition is false the dimension is
 not suggested at all, so Optuna sees a dynamic search space (which TPE and random handle).
@@ -25,7 +25,7 @@ from dvt_hpo.config.paths import set_path
 if TYPE_CHECKING:
     import optuna
 
-    from dvt_hpo.studyfile.model import Condition, Dimension
+    from dvt_hpo.spec.model import Condition, Dimension
 
 __all__ = [
     "apply",

@@ -1,13 +1,13 @@
 """Applying a trial's GPU share (``trials.per_gpu``) in the trial process: the CUDA allocator's
 cap, and the memory the batch-size probes may count on. The arithmetic and the payload's
-:class:`~dvt_hpo.process.gpu_share.GpuShare` are :mod:`dvt_hpo.process.gpu_share` (stdlib)."""
+:class:`~dvt_hpo.devices.gpu_share.GpuShare` are :mod:`dvt_hpo.devices.gpu_share` (stdlib)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from dvt_hpo.devices.gpu_share import GpuShare, memory_fraction
 from dvt_hpo.exceptions import GpuShareError
-from dvt_hpo.process.gpu_share import GpuShare, memory_fraction
 
 # What apply_share set in this process, by device index: for a torch without the getter.
 _applied: dict[int, float] = {}

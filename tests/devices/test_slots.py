@@ -1,4 +1,4 @@
-"""Device slots (dvt_hpo.process.devices): trials.devices, canonical, split among parallel slots."""
+"""Device slots (dvt_hpo.devices.slots): trials.devices, canonical, split among parallel slots."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from dvt_hpo.devices.slots import packing_text, split_devices, visible_gpus
 from dvt_hpo.exceptions import SpecError
-from dvt_hpo.process.devices import packing_text, split_devices, visible_gpus
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
 """Storage URLs as text: ``${VAR}`` expansion and resolution of file paths (secrets are hidden
-by :mod:`dvt_hpo.store.redact`).
+by :mod:`dvt_hpo.text.redact`).
 
 Pure string work (no database driver is imported), shared by the spec loader, the storage
 opener and every message that may quote a URL.
