@@ -157,6 +157,47 @@ def test_the_pair_finder_finds_a_pair() -> None:
     assert _both_ways(graph) == [("dvt_hpo.a", "dvt_hpo.b")]
 
 
+# Optuna's private names dvt-hpo uses, all read in dvt_hpo/optuna_api/private.py.
+OPTUNA_PRIVATE = {"_trial_id", "_study_id", "_backend", "_CachedStorage", "_CONSTRAINTS_KEY"}
+
+
+def _optuna_private_uses(path: Path) -> list[str]:
+    """Where ``path`` reaches into Optuna's private API: an underscored optuna module imported
+        (also as a string), or one of :data:`OPTUNA_PRIVATE` and ``_storage`` read on another object
+    than ``self``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or "", *(a.name for a in node.names)]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names = [node.value] if node.value.startswith("optuna.") else []
+        elif isinstance(node, ast.Attribute):
+            own = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+            if not own and (node.attr in OPTUNA_PRIVATE or node.attr == "_storage"):
+                found.append(f"{node.lineno}: .{node.attr}")
+            continue
+        for name in names:
+            if name in OPTUNA_PRIVATE or (
+                name.startswith("optuna.") and any(p.startswith("_") for p in name.split("."))
+            ):
+                found.append(f"{node.lineno}: {name}")
+    return found
+
+
+def test_optunas_private_api_is_used_in_one_module_only() -> None:
+    adapter = PACKAGE / "optuna_api" / "private.py"
+    uses = {
+        str(p.relative_to(PACKAGE)): found
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if p != adapter and (found := _optuna_private_uses(p))
+    }
+    assert uses == {}
+    assert _optuna_private_uses(adapter)  # the check sees what the adapter does
+
+
 def test_no_import_cycle_among_modules() -> None:
     assert _cycles(_graph()) == []
 

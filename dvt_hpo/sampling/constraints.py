@@ -17,6 +17,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dvt_hpo.optuna_api.private import CONSTRAINTS_KEY
+
 __all__ = [
     "CONSTRAINTS_KEY",
     "constraints_of",
@@ -26,22 +28,6 @@ __all__ = [
     "stored_constraints",
     "violation",
 ]
-
-
-def _constraints_key() -> str:
-    """Optuna's attr name (its module moved between releases; the name never changed)."""
-    for module in ("optuna.study._constrained_optimization", "optuna.samplers._base"):
-        try:
-            imported = __import__(module, fromlist=["_CONSTRAINTS_KEY"])
-        except ImportError:  # pragma: no cover - depends on the Optuna release
-            continue
-        key = getattr(imported, "_CONSTRAINTS_KEY", None)
-        if isinstance(key, str):
-            return key
-    return "constraints"  # pragma: no cover
-
-
-CONSTRAINTS_KEY = _constraints_key()
 
 
 def constraints_of(system_attrs: Mapping[str, Any]) -> tuple[float, ...] | None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
+from dvt_hpo.optuna_api.private import single_objective_only
 from dvt_hpo.sampling import space
 
 if TYPE_CHECKING:
@@ -100,13 +101,11 @@ def pruner_class(kind: str) -> type:
 
 def supports_multi_objective(kind: str) -> bool:
     """Whether the sampler of ``kind`` accepts a study with several objectives. Optuna's
-    single-objective samplers call ``_raise_error_if_multi_objective``; reading the source
-    follows new releases without a list to maintain."""
+    single-objective samplers call a private check (:func:`single_objective_only`)."""
     try:
-        source = inspect.getsource(sampler_class(kind))
+        return not single_objective_only(sampler_class(kind))
     except (OSError, TypeError, KeyError):
         return kind not in _SINGLE_OBJECTIVE_KINDS
-    return "_raise_error_if_multi_objective" not in source
 
 
 def accepts_constraints(kind: str) -> bool:

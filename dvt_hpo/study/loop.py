@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from dvt_hpo.batch.cache import StudyCache
 from dvt_hpo.devices import slots as device_slots
 from dvt_hpo.exceptions import DvtHpoError, StudyStopped
+from dvt_hpo.optuna_api.private import trial_id_of
 from dvt_hpo.process import launch
 from dvt_hpo.process.import_path import child_pythonpath
 from dvt_hpo.sampling import space
@@ -440,7 +441,7 @@ class StudyRunner:
         except KeyboardInterrupt:
             # Stopped before it ran: recorded for a retry, as a running trial would be.
             with contextlib.suppress(Exception), self.study_lock:
-                self.fail_attempt(trial._trial_id)
+                self.fail_attempt(trial_id_of(trial))
             raise
         except Exception as exc:
             # Nothing runs for this trial: end it with the reason, not RUNNING until stale.
@@ -453,7 +454,7 @@ class StudyRunner:
     def _start(self, trial: optuna.Trial, slot: device_slots.Slot) -> bool:
         spec = self.spec
         with self.study_lock:
-            trial_id = trial._trial_id  # Optuna exposes no public id; storages need it
+            trial_id = trial_id_of(trial)
             if not self._reseeded:
                 # Samplers draw lazily (at the first suggest), so re-seeding now decides this
                 # trial's params too. The first trial number a worker gets is unique among all

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.exceptions import SpecError
+from dvt_hpo.optuna_api.private import storage_of, study_id_of
 from dvt_hpo.store import compat
 from dvt_hpo.store.queries import count_trials
 from dvt_hpo.store.storage import HeartbeatSettings, create_or_load_study, study_storage
@@ -143,7 +144,7 @@ def check_settings(
     for key, value in compat.settings_attrs(spec).items():
         if attrs.get(key) != value:
             study.set_user_attr(key, value)
-    storage, study_id = study._storage, study._study_id
+    storage, study_id = storage_of(study), study_id_of(study)
     stored = storage.get_study_system_attrs(study_id)
     for key, value in compat.system_attrs(spec).items():
         if stored.get(key) != value:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from dvt_hpo.batch.cache import cache_key
 from dvt_hpo.devices.gpu_share import GpuShare
 from dvt_hpo.devices.slots import Slot
+from dvt_hpo.optuna_api.private import storage_of, trial_id_of
 from dvt_hpo.process import launch
 from dvt_hpo.process.tree import TrialProcess, describe_exit
 from dvt_hpo.sampling.constraints import store_constraints
@@ -88,7 +89,7 @@ class TrialRun:
         self.study = study
         self.spec = study.spec
         self.trial = trial
-        self.trial_id: int = trial._trial_id  # Optuna exposes no public id; storages need it
+        self.trial_id: int = trial_id_of(trial)
         self.number = trial.number
         self.params = params
         self.config = config
@@ -481,7 +482,7 @@ def tell(study: optuna.Study, trial: optuna.Trial, *args: Any, **kwargs: Any) ->
     except RuntimeError as exc:
         if "Study.stop" not in str(exc):
             raise
-        return study._storage.get_trial(trial._trial_id)
+        return storage_of(study).get_trial(trial_id_of(trial))
 
 
 __all__ = ["MAX_HISTORY_POINTS", "TrialRun", "history_attr", "tell"]
