@@ -189,6 +189,14 @@ class Launcher:
         self.launcher = launcher
         self.nproc_per_node = nproc_per_node
         self.warm = warm and launcher == "process"
+        # What this machine turns off, said once when the run starts (not at the first trial).
+        self.notes: list[str] = []
+        if self.warm and sys.platform == "darwin":
+            # macOS: forking a process that imported torch without an exec is unsafe there (the
+            # Objective-C runtime and libdispatch do not survive it), and there is no
+            # parent-death signal to tie the template's children to the run.
+            self.warm = False
+            self.notes.append("warm starts off on macOS (trials.warm): each trial starts cold")
         self.modules = list(dict.fromkeys([TRIAL_MODULE, *preload]))
         self.base_env = dict(base_env)
         self.cwd = cwd

@@ -291,6 +291,8 @@ class StudyRunner:
                 + f"{spec.trials.parallel} at a time"
                 + (f", {device_slots.packing_text(slots, spec.trials.per_gpu)}" if packing else "")
             )
+            for note in self.launcher.notes:
+                self.out(note)
             self.out(run_messages.dashboard_hint(spec.path, spec.overrides))
             stop_message = self._loop(slots)
             self.print_summary()
