@@ -278,7 +278,7 @@ def warm_modules(entrypoint: str, builtin_entrypoint: str, preload: Sequence[str
     built-in trainer, its training module (``dvt_hpo.train`` itself imports torch lazily)."""
     modules = [entrypoint.partition(":")[0]]
     if entrypoint == builtin_entrypoint:
-        modules.append("dvt_hpo.train.trainer")
+        modules.append("dvt_hpo.train.builtin")
     return list(dict.fromkeys([*modules, *preload]))
 
 

@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 BUILTIN_ENTRYPOINT = "dvt_hpo.train:run"
-# The entry point of a ``trainer.command`` study: it runs the command (dvt_hpo.command.trainer).
+# The entry point of a ``trainer.command`` study: it runs the command (dvt_hpo.command.script).
 COMMAND_ENTRYPOINT = "dvt_hpo.command:run"
 
 

@@ -1,5 +1,6 @@
 """Opening a study for a run: storage, direction and search-space checks, sampler and pruner,
-and the batch-size cache every worker shares through the study's system attrs."""
+and the study file's settings written into the study's attrs. (The batch-size cache every
+worker shares through the study's system attrs is :mod:`dvt_hpo.batch.cache`.)"""
 
 from __future__ import annotations
 

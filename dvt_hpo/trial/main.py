@@ -11,7 +11,7 @@ The order of :func:`main` matters (docs/protocol.md):
    at the trial's share of its GPU (:mod:`dvt_hpo.devices.gpu_cap`) before anything allocates;
 5. build the context;
 6. import the entry point ``module:function`` and call it with ``(config, ctx)`` (for a
-   ``trainer.command`` payload, :func:`dvt_hpo.command.trainer.run` runs the script as a child in this
+   ``trainer.command`` payload, :func:`dvt_hpo.command.script.run` runs the script as a child in this
    process group);
 7. write ``result.json`` (chief) or ``error-rank{R}.json`` (another rank that failed),
    atomically, and exit with a code from :mod:`dvt_hpo.wire.protocol`.

@@ -37,7 +37,7 @@ class TrialLimits:
 
 @dataclass(frozen=True)
 class CommandPayload:
-    """A ``trainer.command`` trial: the script the trial process runs (:mod:`dvt_hpo.command.trainer`)."""
+    """A ``trainer.command`` trial: the script the trial process runs (:mod:`dvt_hpo.command.script`)."""
 
     argv: tuple[str, ...]  # with {placeholders}, rendered by the trial process
     metrics_pattern: str | None = None

@@ -15,11 +15,11 @@ from torch import nn
 
 from dvt_hpo.exceptions import SpecError, TrialPruned
 from dvt_hpo.train import run, train_file
+from dvt_hpo.train.builtin import build_optimizer, build_scheduler, make_fits
 from dvt_hpo.train.config import DataConfig, ModelConfig, TrainerConfig
 from dvt_hpo.train.data import build_data
 from dvt_hpo.train.measure import MEASURED_METRICS
 from dvt_hpo.train.models import build_model, register_model
-from dvt_hpo.train.trainer import build_optimizer, build_scheduler, make_fits
 
 KEYS = {"loss", "train_loss", "accuracy", "macro_f1", *MEASURED_METRICS}
 

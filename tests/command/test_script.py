@@ -18,8 +18,8 @@ import optuna
 import pytest
 import yaml
 
-from dvt_hpo.command import trainer as command
-from dvt_hpo.command.trainer import exit_reason, split_lines
+from dvt_hpo.command import script as command
+from dvt_hpo.command.script import exit_reason, split_lines
 from dvt_hpo.exceptions import CommandFailed
 from dvt_hpo.process import tree as process_tree
 from dvt_hpo.studyfile import COMMAND_ENTRYPOINT
