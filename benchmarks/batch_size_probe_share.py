@@ -45,7 +45,7 @@ HEADROOM_BYTES = 300 * MiB
 def import_vm_peak_bytes() -> int:
     """Address space (what RLIMIT_AS counts) a process maps by importing torch and the trainer."""
     code = (
-        "import torch, dvt_hpo.train.trainer, dvt_hpo.trial.main\n"
+        "import torch, dvt_hpo.train.builtin, dvt_hpo.trial.main\n"
         "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmPeak')][0])"
     )
     done = subprocess.run(

@@ -477,7 +477,7 @@ class Checks:
 
 def cuda_devices() -> int:
     """GPUs torch sees, asked in a child process (this one must hold no CUDA context)."""
-    from dvt_hpo.process.devices import visible_gpus
+    from dvt_hpo.devices.slots import visible_gpus
 
     if not visible_gpus():
         return 0

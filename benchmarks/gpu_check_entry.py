@@ -16,9 +16,9 @@ def exact_batch_size(config: dict[str, Any], ctx: Any) -> dict[str, float]:
     import torch
 
     from dvt_hpo.batch.search import find_batch_size
+    from dvt_hpo.train.builtin import make_fits
     from dvt_hpo.train.config import TrainerConfig
     from dvt_hpo.train.data import build_data
-    from dvt_hpo.train.trainer import make_fits
 
     cfg = TrainerConfig.from_dict(config["trainer"])
     data = build_data(cfg.data, cfg.seed)
@@ -76,7 +76,7 @@ def _allocator(config: dict[str, Any]) -> tuple[int, Callable[[int], Any]]:
     if config["device"] == "cuda":
         import torch
 
-        from dvt_hpo.trial.gpu_share import allowed_bytes
+        from dvt_hpo.devices.gpu_cap import allowed_bytes
 
         def allocate(n: int) -> Any:
             return torch.full((n,), 7, dtype=torch.uint8, device="cuda")

@@ -19,8 +19,8 @@ them and as fast as the fastest.
 
 The studies are replayed in this process with one trial at a time, as ``search_replay`` does for
 one objective: the study file loaded by dvt-hpo's loader, its sampler seeded as a fresh run seeds
-it, params drawn by :func:`dvt_hpo.study.space.sample`, every epoch decided by
-:func:`dvt_hpo.study.mo_pruner.report_and_prune` (the code ``dvt-hpo run`` calls) on Optuna's
+it, params drawn by :func:`dvt_hpo.sampling.space.sample`, every epoch decided by
+:func:`dvt_hpo.sampling.mo_pruner.report_and_prune` (the code ``dvt-hpo run`` calls) on Optuna's
 in-memory storage. ``--check N`` first runs N studies through ``dvt-hpo run``
 (``lcbench_trainer``, a real orchestrator and trial processes) and stops unless every trial's
 params, state and epochs are the replay's.
@@ -136,9 +136,9 @@ def replay(sampler: str, pruner: str, task: str, seed: int, budget: int) -> list
     """One study in this process (see the module): its trials in order."""
     import optuna
 
+    from dvt_hpo.sampling.mo_pruner import report_and_prune
+    from dvt_hpo.sampling.optuna_factory import build_pruner
     from dvt_hpo.study import space
-    from dvt_hpo.study.mo_pruner import report_and_prune
-    from dvt_hpo.study.optuna_factory import build_pruner
     from dvt_hpo.study.setup import reseeded_sampler
     from dvt_hpo.studyfile import load_spec
 

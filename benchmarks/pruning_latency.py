@@ -7,13 +7,13 @@ trial's processes are gone.
     python benchmarks/pruning_latency.py --no-postgres
     python benchmarks/pruning_latency.py --pruner wilcoxon --no-postgres   # and optuna-wilcoxon
 
-A study runs through :class:`dvt_hpo.study.loop.StudyRunner` (the same code as ``dvt-hpo run``),
+A study runs through :func:`dvt_hpo.run.runner.study_runner` (the same code as ``dvt-hpo run``),
 one ``python -m dvt_hpo.trial`` process per trial, on ``benchmarks/latency_entrypoint.py``:
 each trial reports ``--steps`` values of a curve that rises with its sampled ``x``, and a median
 pruner prunes the weaker ones. ``--pruner wilcoxon`` uses dvt-hpo's default pruner instead, on
 curves rounded to multiples of 1/200 (an accuracy on 200 validation images: ties and zeros);
 ``optuna-wilcoxon`` the same with Optuna's own ``WilcoxonPruner``, whose scipy test
-:mod:`dvt_hpo.study.wilcoxon` replaces. Measured:
+:mod:`dvt_hpo.sampling.wilcoxon` replaces. Measured:
 
 - **report -> decision, trial side**: from the trial's ``ctx.report`` call to its receipt of the
   decision (JSON over the AF_UNIX control socket, the orchestrator's handling, the reply).
@@ -54,11 +54,13 @@ import optuna  # noqa: E402
 import yaml  # noqa: E402
 
 from dvt_hpo.process import tree as process_tree  # noqa: E402
-from dvt_hpo.store.redact import redact_url  # noqa: E402
+from dvt_hpo.run.runner import study_runner as make_study_runner  # noqa: E402
+from dvt_hpo.sampling import optuna_factory  # noqa: E402
 from dvt_hpo.store.storage import unreachable_reason  # noqa: E402
 from dvt_hpo.study import loop as study_loop  # noqa: E402
-from dvt_hpo.study import optuna_factory, trial_run  # noqa: E402
+from dvt_hpo.study import trial_run  # noqa: E402
 from dvt_hpo.studyfile import load_spec  # noqa: E402
+from dvt_hpo.text.redact import redact_url  # noqa: E402
 from dvt_hpo.wire.protocol import Hello  # noqa: E402
 
 DEFAULT_POSTGRES = os.environ.get(
@@ -169,7 +171,7 @@ def run_one(args: argparse.Namespace, storage: str, label: str, folder: Path) ->
         )
     began = time.perf_counter()
     try:
-        study_runner = study_loop.StudyRunner(spec, out=lines.append if not args.verbose else None)
+        study_runner = make_study_runner(spec, out=lines.append if not args.verbose else None)
         study_runner.run()
     finally:
         study_loop.TrialRun = original  # type: ignore[misc]

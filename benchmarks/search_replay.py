@@ -4,9 +4,9 @@ A study of ``benchmarks/search_efficiency.py`` spends most of its wall time on t
 orchestrator's per-epoch round trip (report, store, prune decision), not on the search. With
 one trial at a time, what the search finds depends only on the sampler, the pruner, their seeds
 and the reported values, so this module replays a study from the *same study file*, loaded by
-dvt-hpo's own loader: the sampler and pruner built by :mod:`dvt_hpo.study.optuna_factory` and seeded
+dvt-hpo's own loader: the sampler and pruner built by :mod:`dvt_hpo.sampling.optuna_factory` and seeded
 as a fresh run seeds them (:func:`dvt_hpo.study.setup.reseeded_sampler`), params drawn by
-:func:`dvt_hpo.study.space.sample`, each epoch reported and pruned, a complete trial told its last
+:func:`dvt_hpo.sampling.space.sample`, each epoch reported and pruned, a complete trial told its last
 value (``reduce: last``), a pruned one told PRUNED, on Optuna's in-memory storage. Optuna's TPE
 computes its log normal CDF with :mod:`fast_log_ndtr` here, to the same bits (checked when it is
 installed).
@@ -35,8 +35,8 @@ def replay_study(
     like the trainer, a trial starting with the budget spent ends the study."""
     import optuna
 
-    from dvt_hpo.study import space
-    from dvt_hpo.study.optuna_factory import build_pruner
+    from dvt_hpo.sampling import space
+    from dvt_hpo.sampling.optuna_factory import build_pruner
     from dvt_hpo.study.setup import reseeded_sampler
     from dvt_hpo.studyfile import load_spec
 

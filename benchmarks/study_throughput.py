@@ -43,8 +43,8 @@ except ImportError:  # run from a checkout without installing the package
 
 import yaml  # noqa: E402
 
-from dvt_hpo.store.redact import redact_url  # noqa: E402
 from dvt_hpo.store.storage import open_existing, unreachable_reason  # noqa: E402
+from dvt_hpo.text.redact import redact_url  # noqa: E402
 
 DEFAULT_POSTGRES = os.environ.get(
     "DVT_HPO_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"

@@ -29,7 +29,7 @@ try:
 except ImportError:  # run from a checkout without installing the package
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dvt_hpo.study.wilcoxon import WilcoxonPruner, signed_rank_pvalue  # noqa: E402
+from dvt_hpo.sampling.wilcoxon import WilcoxonPruner, signed_rank_pvalue  # noqa: E402
 
 VAL_SAMPLES = 200
 EPOCHS = 52

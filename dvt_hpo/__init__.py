@@ -12,11 +12,11 @@ from dvt_hpo.exceptions import BatchSizeError, DvtHpoError, SpecError, TrialPrun
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from dvt_hpo.study.loop import run_study
+    from dvt_hpo.run.runner import run_study
     from dvt_hpo.trial.context import TrialContext
 
 _LAZY = {
-    "run_study": ("dvt_hpo.study.loop", "run_study"),
+    "run_study": ("dvt_hpo.run.runner", "run_study"),
     "TrialContext": ("dvt_hpo.trial.context", "TrialContext"),
     "load_spec": ("dvt_hpo.studyfile", "load_spec"),
 }

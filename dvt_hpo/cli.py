@@ -186,9 +186,9 @@ _positive_int = _int_at_least(1, "an integer >= 1")
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from dvt_hpo.run.preflight import load_runnable
+    from dvt_hpo.run.runner import study_runner
     from dvt_hpo.store.compat import check_stored_study
-    from dvt_hpo.study.loop import StudyRunner
-    from dvt_hpo.study.preflight import load_runnable
 
     spec = load_runnable(args.study, args.overrides)
     # Before the storage is opened for writing: a refused run writes nothing.
@@ -204,7 +204,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             allow_space_change=args.allow_space_change,
             retry_failed=args.retry_failed,
         )
-    StudyRunner(
+    study_runner(
         spec, allow_space_change=args.allow_space_change, retry_failed=args.retry_failed
     ).run()
     return EXIT_OK
@@ -212,8 +212,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_submit(args: argparse.Namespace) -> int:
     from dvt_hpo.cluster.submit import submit_study, submitted_lines
+    from dvt_hpo.run.preflight import load_runnable
     from dvt_hpo.store.compat import check_stored_study
-    from dvt_hpo.study.preflight import load_runnable
     from dvt_hpo.studyfile import load_spec
 
     spec = load_spec(args.study, args.overrides)
@@ -260,8 +260,8 @@ def _as_the_user_wrote_it(spec: StudySpec) -> StudySpec:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    from dvt_hpo.run.preflight import find_entrypoint, load_runnable
     from dvt_hpo.study.messages import algorithms_text
-    from dvt_hpo.study.preflight import find_entrypoint, load_runnable
     from dvt_hpo.studyfile.objective import describe_objective
 
     spec = load_runnable(args.study, args.overrides)
@@ -289,7 +289,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 def _packing(spec: StudySpec) -> str:
     """With ``trials.per_gpu``: how many trials each GPU runs (as the run's start line)."""
-    from dvt_hpo.process.devices import packing_text, split_devices
+    from dvt_hpo.devices.slots import packing_text, split_devices
 
     trials = spec.trials
     if trials.per_gpu == 1:
@@ -460,7 +460,7 @@ def _one_line(exc: BaseException) -> str:
     """A runtime error as one line: whitespace folded, URLs' passwords redacted, bounded."""
     import re
 
-    from dvt_hpo.store.redact import redact_url
+    from dvt_hpo.text.redact import redact_url
 
     text = str(exc)
     # A DataLoader worker's error is re-raised as its own type around the worker's whole

@@ -105,7 +105,7 @@ class StorageError(DvtHpoError):
         source: str | Path | None = None,
     ) -> None:
         # Imported here: `import dvt_hpo.report` (a script's helper) stays this light.
-        from dvt_hpo.store.redact import redact_text, redact_url
+        from dvt_hpo.text.redact import redact_text, redact_url
 
         self.problem = one_line(redact_text(problem, url))
         self.hint = hint

@@ -39,6 +39,36 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+# The suite runs on two xdist workers (addopts in pyproject.toml, `--dist loadgroup`). Tests of
+# a resource there is one of run one at a time: the single Slurm node, a throwaway PostgreSQL
+# server (they restart and pause it, and time the outage) and PgBouncer in front of the shared
+# server. They carry one xdist_group, so that loadgroup sends them to one worker; and, as
+# pytest 9.2 ignores the group xdist 3.8 writes into the test's id, each also holds a lock file
+# of the run while it runs, which keeps them one at a time whichever worker runs them.
+ONE_AT_A_TIME = "one-at-a-time"
+_ONE_AT_A_TIME_FIXTURES = {"slurm_cluster", "postgres_cluster"}
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if fixtures & _ONE_AT_A_TIME_FIXTURES or item.path.name == "test_pgbouncer.py":
+        item.add_marker(pytest.mark.xdist_group(ONE_AT_A_TIME))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")  # set in xdist's workers only
+    if run is None or item.get_closest_marker("xdist_group") is None:
+        return (yield)
+    import fcntl
+    import tempfile
+
+    lock = Path(tempfile.gettempdir()) / f"dvt-hpo-tests-{run}.lock"
+    with lock.open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)  # released when the file closes
+        return (yield)
+
+
 @pytest.fixture
 def python() -> str:
     return sys.executable
@@ -147,9 +177,9 @@ def run_keeping_failures(spec: Any, lines: list[str]) -> optuna.Study:
     every trial failed (the run then ends with exit 1's StudyStopped: these tests read the
     failed trials)."""
     from dvt_hpo.exceptions import StudyStopped
-    from dvt_hpo.study.loop import StudyRunner
+    from dvt_hpo.run.runner import study_runner
 
-    runner = StudyRunner(spec, out=lines.append)
+    runner = study_runner(spec, out=lines.append)
     try:
         return runner.run()
     except StudyStopped as exc:

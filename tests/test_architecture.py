@@ -1,4 +1,5 @@
-"""The house plan, checked: the top level stays small, modules stay readable, no import cycle.
+"""The house plan, checked: the package order (import-linter's contracts in pyproject.toml),
+no two packages importing each other, no import cycle, the top level small, modules readable.
 
 Imports are read from the source (every ``import``/``from`` statement, including those inside
 functions and under ``TYPE_CHECKING``), so the check covers imports a test run never executes.
@@ -8,9 +9,12 @@ functions and under ``TYPE_CHECKING``), so the check covers imports a test run n
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "dvt_hpo"
+PYPROJECT = PACKAGE.parent / "pyproject.toml"
 
 # The only modules beside the packages: entry points, the user-facing exceptions, and the
 # stdlib-only helpers a user may import or copy (report, metrics) or every side shares (atomic).
@@ -27,7 +31,7 @@ TOP_LEVEL = {
 MAX_LINES = 600
 # The built-in trainer is read top to bottom in one sitting (config -> data -> model -> probe ->
 # loop -> report), like nanoGPT's; its satellite concepts already have their own modules.
-LONG_ON_PURPOSE = {"train/trainer.py"}
+LONG_ON_PURPOSE = {"train/builtin.py"}
 
 
 def _module_name(path: Path) -> str:
@@ -121,6 +125,92 @@ def test_the_top_level_holds_only_entry_points_and_shared_helpers() -> None:
     assert len(top) <= 8
 
 
+def test_the_package_order_holds() -> None:
+    """``lint-imports``: each package imports only those below it, the trial side reaches no
+    orchestrator package, the orchestrator's modules never import torch, the trial process never
+    imports optuna ([tool.importlinter] in pyproject.toml; it prints what breaks them)."""
+    # In a process of its own: import-linter reconfigures logging (the control server's
+    # warnings would then miss caplog in later tests).
+    lint = (
+        "import sys; from importlinter.cli import lint_imports; "
+        "sys.exit(lint_imports(config_filename=sys.argv[1], no_cache=True, no_logo=True))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", lint, str(PYPROJECT)],
+        cwd=PACKAGE.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _package(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+def _both_ways(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Package pairs that import each other (a top-level module is its own package; the root
+    ``dvt_hpo``, whose lazy names point everywhere, is left out)."""
+    edges = {
+        (_package(a), _package(b))
+        for a, targets in graph.items()
+        for b in targets
+        if _package(a) != _package(b) and "dvt_hpo" not in (_package(a), _package(b))
+    }
+    return sorted({tuple(sorted(e)) for e in edges if (e[1], e[0]) in edges})  # type: ignore[misc]
+
+
+def test_no_two_packages_import_each_other() -> None:
+    assert _both_ways(_graph()) == []
+
+
+def test_the_pair_finder_finds_a_pair() -> None:
+    graph = {"dvt_hpo.a.x": {"dvt_hpo.b.y"}, "dvt_hpo.b.z": {"dvt_hpo.a"}, "dvt_hpo": {"dvt_hpo.a"}}
+    assert _both_ways(graph) == [("dvt_hpo.a", "dvt_hpo.b")]
+
+
+# Optuna's private names dvt-hpo uses, all read in dvt_hpo/optuna_api/private.py.
+OPTUNA_PRIVATE = {"_trial_id", "_study_id", "_backend", "_CachedStorage", "_CONSTRAINTS_KEY"}
+
+
+def _optuna_private_uses(path: Path) -> list[str]:
+    """Where ``path`` reaches into Optuna's private API: an underscored optuna module imported
+        (also as a string), or one of :data:`OPTUNA_PRIVATE` and ``_storage`` read on another object
+    than ``self``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or "", *(a.name for a in node.names)]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names = [node.value] if node.value.startswith("optuna.") else []
+        elif isinstance(node, ast.Attribute):
+            own = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+            if not own and (node.attr in OPTUNA_PRIVATE or node.attr == "_storage"):
+                found.append(f"{node.lineno}: .{node.attr}")
+            continue
+        for name in names:
+            if name in OPTUNA_PRIVATE or (
+                name.startswith("optuna.") and any(p.startswith("_") for p in name.split("."))
+            ):
+                found.append(f"{node.lineno}: {name}")
+    return found
+
+
+def test_optunas_private_api_is_used_in_one_module_only() -> None:
+    adapter = PACKAGE / "optuna_api" / "private.py"
+    uses = {
+        str(p.relative_to(PACKAGE)): found
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if p != adapter and (found := _optuna_private_uses(p))
+    }
+    assert uses == {}
+    assert _optuna_private_uses(adapter)  # the check sees what the adapter does
+
+
 def test_no_import_cycle_among_modules() -> None:
     assert _cycles(_graph()) == []
 
@@ -130,7 +220,12 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 
 
 def test_relative_and_package_imports_resolve_to_modules(tmp_path: Path) -> None:
-    known = {"dvt_hpo.study", "dvt_hpo.study.loop", "dvt_hpo.study.space", "dvt_hpo.config.paths"}
+    known = {
+        "dvt_hpo.study",
+        "dvt_hpo.study.loop",
+        "dvt_hpo.sampling.space",
+        "dvt_hpo.config.paths",
+    }
     source = tmp_path / "x.py"
     source.write_text(
         "from dvt_hpo.study import space\n"
@@ -139,7 +234,7 @@ def test_relative_and_package_imports_resolve_to_modules(tmp_path: Path) -> None
         "    import dvt_hpo.config.paths\n"
     )
     assert _imports(source, "dvt_hpo.study.x", known) == {
-        "dvt_hpo.study.space",
+        "dvt_hpo.sampling.space",
         "dvt_hpo.study.loop",
         "dvt_hpo.config.paths",
     }
@@ -152,33 +247,3 @@ def test_no_module_is_longer_than_a_reader_holds() -> None:
         if (n := len(p.read_text().splitlines())) > MAX_LINES
     }
     assert set(long) <= LONG_ON_PURPOSE, long
-
-
-def test_the_orchestrator_side_never_imports_torch() -> None:
-    """Statically: no module of the orchestrator's packages names torch in an import."""
-    orchestrator = (
-        "config",
-        "studyfile",
-        "study",
-        "store",
-        "wire",
-        "process",
-        "views",
-        "command",
-        "cluster",
-        "tracking",
-    )
-    offenders = []
-    for package in orchestrator:
-        for path in (PACKAGE / package).rglob("*.py"):
-            for node in ast.walk(ast.parse(path.read_text())):
-                names = (
-                    [a.name for a in node.names]
-                    if isinstance(node, ast.Import)
-                    else [node.module or ""]
-                    if isinstance(node, ast.ImportFrom)
-                    else []
-                )
-                if any(n == "torch" or n.startswith("torch.") for n in names):
-                    offenders.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
-    assert offenders == []

@@ -16,7 +16,7 @@ import traceback
 import torch
 
 from dvt_hpo.batch.search import Probe
-from dvt_hpo.trial.gpu_share import allowed_bytes
+from dvt_hpo.devices.gpu_cap import allowed_bytes
 
 
 def start(device: torch.device) -> None:

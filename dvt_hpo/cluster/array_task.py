@@ -79,7 +79,7 @@ def run_worker(command_json: str) -> int:
     :class:`WorkerFailed` when it fails (exit 1 or 2), so that Slurm reports the task FAILED."""
     import subprocess
 
-    from dvt_hpo.process.devices import visible_gpus
+    from dvt_hpo.devices.slots import visible_gpus
     from dvt_hpo.study.loop import EXIT_INTERRUPTED
 
     command = WorkerCommand.from_json(command_json)

@@ -21,9 +21,9 @@ from typing import Any
 from dvt_hpo.cluster import slurm
 from dvt_hpo.cluster.array_task import WorkerCommand, run_worker
 from dvt_hpo.exceptions import DvtHpoError, SpecError
-from dvt_hpo.store.redact import redact_url
-from dvt_hpo.store.urls import storage_kind
-from dvt_hpo.studyfile.model import ClusterSpec, StudySpec
+from dvt_hpo.spec.model import ClusterSpec, StudySpec
+from dvt_hpo.studyfile.urls import storage_kind
+from dvt_hpo.text.redact import redact_url
 
 __all__ = ["Submitted", "check_storage_fit", "sbatch_parameters", "submit_study", "submitted_lines"]
 

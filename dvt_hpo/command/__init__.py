@@ -11,7 +11,7 @@ from typing import Any
 
 def __getattr__(name: str) -> Any:
     if name == "run":
-        from dvt_hpo.command.trainer import run
+        from dvt_hpo.command.script import run
 
         return run
     raise AttributeError(f"module 'dvt_hpo.command' has no attribute {name!r}")

@@ -2,7 +2,7 @@
 
 A command trainer has no trainer config to train: what reruns a trial is its command line. The
 export holds the trial's exact argv, every placeholder filled in as the trial's worker filled
-it (:func:`dvt_hpo.command.trainer._lookup`'s names: the params, the fixed ``trainer.config`` values,
+it (:func:`dvt_hpo.command.script._lookup`'s names: the params, the fixed ``trainer.config`` values,
 ``{python}`` as this interpreter), the folder trials run in (the study file's), and the CPU
 threads the trial got (``OMP_NUM_THREADS``: a thread count changes the numbers)::
 

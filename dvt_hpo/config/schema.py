@@ -1,6 +1,6 @@
 """The one schema engine: typed dataclass trees <-> plain dicts, with field paths and did-you-mean.
 
-Every section of study.yaml (:mod:`dvt_hpo.studyfile.model`) and every trainer config
+Every section of study.yaml (:mod:`dvt_hpo.spec.model`) and every trainer config
 (:mod:`dvt_hpo.train.config`) is described by a dataclass and checked here. Pure (stdlib only),
 so the orchestrator validates configs without importing torch and the trial process can import
 the models. The rules, shared by every conversion:

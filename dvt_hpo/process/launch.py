@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
-from dvt_hpo.process.devices import Slot
+from dvt_hpo.devices.slots import Slot
 from dvt_hpo.process.strays import ENV_TRIAL_TOKEN, new_token
 from dvt_hpo.process.tree import TrialProcess, spawner_popen
 from dvt_hpo.process.warm import TemplateUnavailable, WarmTemplate
@@ -189,6 +189,14 @@ class Launcher:
         self.launcher = launcher
         self.nproc_per_node = nproc_per_node
         self.warm = warm and launcher == "process"
+        # What this machine turns off, said once when the run starts (not at the first trial).
+        self.notes: list[str] = []
+        if self.warm and sys.platform == "darwin":
+            # macOS: forking a process that imported torch without an exec is unsafe there (the
+            # Objective-C runtime and libdispatch do not survive it), and there is no
+            # parent-death signal to tie the template's children to the run.
+            self.warm = False
+            self.notes.append("warm starts off on macOS (trials.warm): each trial starts cold")
         self.modules = list(dict.fromkeys([TRIAL_MODULE, *preload]))
         self.base_env = dict(base_env)
         self.cwd = cwd
@@ -270,7 +278,7 @@ def warm_modules(entrypoint: str, builtin_entrypoint: str, preload: Sequence[str
     built-in trainer, its training module (``dvt_hpo.train`` itself imports torch lazily)."""
     modules = [entrypoint.partition(":")[0]]
     if entrypoint == builtin_entrypoint:
-        modules.append("dvt_hpo.train.trainer")
+        modules.append("dvt_hpo.train.builtin")
     return list(dict.fromkeys([*modules, *preload]))
 
 

@@ -1,6 +1,7 @@
-"""Processes by pid, read from ``/proc``: whether one is alive, a group's members, a process's
-descendants' groups, and waiting until pids are gone. Linux first; where ``/proc`` or pidfds are
-missing the answers fall back to signals and polling. Stdlib only (the orchestrator side).
+"""Processes by pid, read through psutil: whether one is alive, a group's members, a process's
+descendants' groups, and waiting until pids are gone. psutil reads ``/proc`` on Linux and the
+kernel's process table on macOS, so these answers hold on both; a process group comes from
+``os.getpgid``. Waiting is event-driven through pidfds where Linux has them, else it polls.
 """
 
 from __future__ import annotations
@@ -12,6 +13,11 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import psutil
+
+# Zombies are dead: only their parent (or init, whenever it gets to it) can reap them.
+_DEAD = (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+
 
 @dataclass(frozen=True)
 class _ProcInfo:
@@ -20,55 +26,42 @@ class _ProcInfo:
     state: str
 
 
-def _proc_table() -> dict[int, _ProcInfo]:
-    """Every process's parent, group and state; empty where /proc is missing."""
-    table: dict[int, _ProcInfo] = {}
+def _pgid(pid: int) -> int | None:
     try:
-        names = os.listdir("/proc")
-    except OSError:
-        return table
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                raw = f.read()
-        except OSError:
-            continue  # it exited while we looked
-        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
-        fields = raw[raw.rfind(b")") + 2 :].split()
-        if len(fields) < 3:
-            continue
-        table[int(name)] = _ProcInfo(int(fields[1]), int(fields[2]), fields[0].decode())
+        return os.getpgid(pid)
+    except OSError:  # it exited while we looked (or another user's, where that is refused)
+        return None
+
+
+def _proc_table() -> dict[int, _ProcInfo]:
+    """Every live-or-zombie process's parent, group and status."""
+    table: dict[int, _ProcInfo] = {}
+    for proc in psutil.process_iter(["ppid", "status"]):
+        ppid, status = proc.info["ppid"], proc.info["status"]
+        pgid = _pgid(proc.pid)
+        if ppid is None or status is None or pgid is None:
+            continue  # gone, or not ours to read
+        table[proc.pid] = _ProcInfo(ppid, pgid, status)
     return table
 
 
 def _alive(info: _ProcInfo) -> bool:
-    # Zombies are dead: only their parent (or init, whenever it gets to it) can reap them.
-    return info.state not in ("Z", "X", "x")
+    return info.state not in _DEAD
 
 
 def group_members(pgid: int) -> list[int]:
-    """Live (not zombie) processes of a process group, from /proc."""
+    """Live (not zombie) processes of a process group."""
     return [pid for pid, info in _proc_table().items() if info.pgid == pgid and _alive(info)]
 
 
 def pid_alive(pid: int) -> bool:
     """Whether a process exists and is not a zombie."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
+        return psutil.Process(pid).status() not in _DEAD
+    except psutil.NoSuchProcess:
         return False
-    except OSError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    return raw[raw.rfind(b")") + 2 : raw.rfind(b")") + 3] not in (b"Z", b"X", b"x")
+    except psutil.AccessDenied:
+        return True  # another user's: it exists
 
 
 def descendant_groups(root_pid: int) -> set[int]:

@@ -5,12 +5,13 @@ trial ends.
 Stopping the trial's process group does not reach them, and once their parent exits they are
 children of init, outside the process tree too. What they keep is their environment: every
 trial process gets a token of its own in :data:`ENV_TRIAL_TOKEN`, inherited by everything it
-starts, and the processes whose environment holds it (``/proc/PID/environ``, readable for the
-orchestrator's own user) are the trial's. A process that clears its environment, or runs as
+starts, and the processes whose environment holds it (read through psutil: ``/proc/PID/environ``
+on Linux, the process arguments on macOS; readable for the orchestrator's own user) are the
+trial's. A process that clears its environment, or runs as
 another user, escapes this; a cgroup per trial would not let it, where the machine allows one
 (systemd-run --user --scope): not used here, as most containers do not.
 
-Linux only (``/proc``); elsewhere nothing is found. Stdlib only.
+Linux and macOS (psutil); where psutil cannot read a process's environment, it is not found.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import os
 import signal
 import uuid
 from collections.abc import Iterable
+
+import psutil
 
 from dvt_hpo.process.pids import pid_alive, wait_gone
 
@@ -35,23 +38,17 @@ def new_token() -> str:
 
 def find_strays(token: str, exclude: Iterable[int] = ()) -> list[int]:
     """The live processes whose environment carries ``token`` (never this process)."""
-    needle = f"{ENV_TRIAL_TOKEN}={token}".encode()
     skip = {os.getpid(), *exclude}
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return []
     found: list[int] = []
-    for name in names:
-        if not name.isdigit() or int(name) in skip:
+    for proc in psutil.process_iter():
+        if proc.pid in skip:
             continue
         try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                environ = f.read()
-        except OSError:
-            continue  # gone, or another user's
-        if needle in environ.split(b"\0") and pid_alive(int(name)):
-            found.append(int(name))
+            environ = proc.environ()
+        except psutil.Error:
+            continue  # gone, a zombie, or another user's
+        if environ.get(ENV_TRIAL_TOKEN) == token and pid_alive(proc.pid):
+            found.append(proc.pid)
     return sorted(found)
 
 

@@ -1,11 +1,12 @@
 """A trial's processes: start them in a session of their own, watch them, stop the whole tree.
 
-Stdlib only: the orchestrator imports this and must never import torch.
+No torch: the orchestrator imports this (processes are read through psutil, in
+:mod:`dvt_hpo.process.pids`).
 
 Every trial runs in its own session (``start_new_session=True``), so its process group holds the
 trial's leader and everything it forks (dataloader workers, ...): a stop signals the whole group,
 never the orchestrator. torchrun puts each rank in a session of its own; :meth:`TrialProcess.stop`
-finds those through the process tree (``/proc``) and stops their groups too. Processes that
+finds those through the process tree and stops their groups too. Processes that
 left the trial's group and tree (a child started in a session of its own, orphaned) are found
 by the trial's token in their environment (:mod:`dvt_hpo.process.strays`) and stopped when it ends.
 """
@@ -64,7 +65,7 @@ def _signal_name(number: int, default: str | None = None) -> str:
         return default if default is not None else f"signal {number}"
 
 
-# -- the process tree (Linux /proc) -------------------------------------------------------
+# -- the process tree (psutil) ------------------------------------------------------------
 
 
 def _signal_group(pgid: int, sig: int) -> None:

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dvt_hpo.process.lifeline import set_parent_death_signal
+from dvt_hpo.trial.lifeline import set_parent_death_signal
 
 WARM_MODULE = "dvt_hpo.process.warm"
 WARM_HOOK = "__dvt_hpo_warm__"

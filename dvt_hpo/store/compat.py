@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 from dvt_hpo.exceptions import SpecError
 
 if TYPE_CHECKING:
+    from dvt_hpo.spec.model import StudySpec
     from dvt_hpo.store.stored_study import StoredStudy
-    from dvt_hpo.studyfile.model import StudySpec
 
 __all__ = [
     "ATTR_PREFIX",
@@ -64,7 +64,7 @@ class Comparison:
 
 def settings_attrs(spec: StudySpec) -> dict[str, Any]:
     """The study user attrs describing ``spec`` (JSON-safe), compared by :func:`compare`."""
-    from dvt_hpo.study.space import space_signature
+    from dvt_hpo.sampling.space import space_signature
 
     return {
         ATTR_PREFIX + "space": space_signature(spec.search_space),
@@ -175,7 +175,7 @@ def compare(
 ) -> Comparison:
     """What differs between ``spec`` and the stored study. Attrs the stored study lacks (a
     study from before they were stored) are not compared."""
-    from dvt_hpo.study.space import diff_spaces
+    from dvt_hpo.sampling.space import diff_spaces
 
     wanted = settings_attrs(spec)
     attrs: Mapping[str, Any] = stored.user_attrs
@@ -236,8 +236,8 @@ def check_stored_study(
     """Read the study stored under ``spec``'s name without writing anything and compare:
     ``(None, None)`` when there is none yet; raises the :func:`refusal_error` (exit 2), or
     :class:`~dvt_hpo.exceptions.DvtHpoError` (one line) when the storage cannot be read."""
-    from dvt_hpo.store.redact import redact_url
     from dvt_hpo.store.stored_study import read_stored_study
+    from dvt_hpo.text.redact import redact_url
 
     stored = read_stored_study(spec.study.storage, spec.study.name, source=spec.path)
     if stored is None:

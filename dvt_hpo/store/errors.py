@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from dvt_hpo.exceptions import StorageError, one_line
-from dvt_hpo.store.redact import redact_text, redact_url
+from dvt_hpo.text.redact import redact_text, redact_url
 
 T = TypeVar("T")
 

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from dvt_hpo.store.urls import journal_path, sqlite_path, storage_kind
+from dvt_hpo.studyfile.urls import journal_path, sqlite_path, storage_kind
 
 T = TypeVar("T")
 

@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from dvt_hpo.optuna_api.private import trial_id_of, uncached
+
 # Optuna indexes trials by study alone, so its reads during a run (the trials since its last
 # read, a trial by its number, the RUNNING trials whose heartbeat is stale) scan every trial of
 # the study: on 20,000 trials that is most of what a trial's cost grows by. Added on PostgreSQL
@@ -44,7 +46,7 @@ class TrialMarks:
 
 def engine_of(storage: Any) -> Any | None:
     """The SQLAlchemy engine under ``storage`` (Optuna's trial cache unwrapped), or None."""
-    backend = getattr(storage, "_backend", storage)
+    backend = uncached(storage)
     return getattr(backend, "engine", None)
 
 
@@ -107,7 +109,7 @@ def trial_marks(storage: Any, study_id: int, keys: Iterable[str]) -> list[TrialM
             (
                 TrialMarks(
                     t.number,
-                    t._trial_id,
+                    trial_id_of(t),
                     t.state.name,
                     {k: t.system_attrs[k] for k in keys if k in t.system_attrs},
                 )

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dvt_hpo.optuna_api.private import study_id_of
+
 if TYPE_CHECKING:
     import optuna
 
@@ -31,7 +33,7 @@ def open_existing_storage(spec: StudySpec) -> tuple[optuna.storages.BaseStorage,
 
     study = open_existing_study(spec)
     storage = study_storage(study)
-    return storage, study._study_id
+    return storage, study_id_of(study)
 
 
 __all__ = ["open_existing_storage", "open_existing_study"]

@@ -1,6 +1,6 @@
 """The study database: opening Optuna storages, creating or loading a study without races.
 
-Supported URLs (see :mod:`dvt_hpo.store.urls` for ``${VAR}`` expansion and redaction):
+Supported URLs (see :mod:`dvt_hpo.studyfile.urls` for ``${VAR}`` expansion and redaction):
 
 - ``sqlite:///relative.db`` / ``sqlite:////abs/path.db``: the embedded default. Opened in WAL
   mode with a long busy timeout, which is what removes "database is locked" when several
@@ -32,16 +32,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.exceptions import DvtHpoError, StudyNotFoundError
+from dvt_hpo.optuna_api.private import storage_of, study_id_of, uncached
 from dvt_hpo.store.errors import storage_error
 from dvt_hpo.store.lock import creation_lock, lock_connect_args, retry_creation_race
 from dvt_hpo.store.queries import add_indexes
-from dvt_hpo.store.redact import redact_text, redact_url
-from dvt_hpo.store.urls import (
+from dvt_hpo.studyfile.urls import (
     expand_env,
     journal_path,
     sqlite_path,
     storage_kind,
 )
+from dvt_hpo.text.redact import redact_text, redact_url
 
 if TYPE_CHECKING:
     import optuna
@@ -378,7 +379,7 @@ def create_or_load_study(
             init(study)
         if storage_kind(url) == "postgresql":
             add_indexes(storage)
-            storage.set_study_system_attr(study._study_id, CREATED_ATTR, True)
+            storage.set_study_system_attr(study_id_of(study), CREATED_ATTR, True)
         return study
 
     def load() -> optuna.Study:
@@ -554,10 +555,7 @@ def _study_names(storage: Any) -> list[str]:
 def study_storage(study: optuna.Study) -> optuna.storages.BaseStorage:
     """The storage a study was opened on, without Optuna's per-study trial cache (which wraps
     RDB storages and loads every trial on first use): for our own reads and heartbeats."""
-    from optuna.storages._cached_storage import _CachedStorage
-
-    storage = study._storage
-    return storage._backend if isinstance(storage, _CachedStorage) else storage
+    return uncached(storage_of(study))
 
 
 def supports_heartbeat(storage: Any) -> bool:

@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from dvt_hpo.exceptions import DvtHpoError
+from dvt_hpo.optuna_api.private import storage_of, study_id_of
 from dvt_hpo.store.errors import storage_error
 from dvt_hpo.store.lock import lock_connect_args
 from dvt_hpo.store.queries import count_trials
-from dvt_hpo.store.urls import journal_path, sqlite_path, storage_kind
+from dvt_hpo.studyfile.urls import journal_path, sqlite_path, storage_kind
 
 __all__ = ["StoredStudy", "read_stored_study"]
 
@@ -46,10 +47,10 @@ class StoredStudy:
             name=study.study_name,
             direction=directions[0],
             user_attrs=dict(study.user_attrs),
-            n_trials=count_trials(study._storage, study._study_id),
+            n_trials=count_trials(storage_of(study), study_id_of(study)),
             directions=directions,
             # Study.system_attrs is deprecated; the storage's is not.
-            system_attrs=dict(study._storage.get_study_system_attrs(study._study_id)),
+            system_attrs=dict(storage_of(study).get_study_system_attrs(study_id_of(study))),
         )
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.config.paths import get_path, set_path
-from dvt_hpo.study import space
+from dvt_hpo.sampling import space
 
 if TYPE_CHECKING:
     import optuna

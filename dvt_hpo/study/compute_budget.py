@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 from dvt_hpo.study.budget import OVER_BUDGET_ATTR, PRIOR_ATTR
 
 if TYPE_CHECKING:
-    from dvt_hpo.process.devices import Slot
-    from dvt_hpo.studyfile.model import BudgetSpec, StudySpec
+    from dvt_hpo.devices.slots import Slot
+    from dvt_hpo.spec.model import BudgetSpec, StudySpec
 
 __all__ = [
     "STARTED_ATTR",

@@ -21,8 +21,8 @@ from dvt_hpo.study.outcome import TrialOutcome
 if TYPE_CHECKING:
     import optuna
 
+    from dvt_hpo.spec.model import StudySpec
     from dvt_hpo.study.compute_budget import BudgetWatch
-    from dvt_hpo.studyfile.model import StudySpec
 
 T = TypeVar("T")
 

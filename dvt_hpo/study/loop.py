@@ -24,20 +24,21 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from dvt_hpo.batch.cache import StudyCache
+from dvt_hpo.devices import slots as device_slots
 from dvt_hpo.exceptions import DvtHpoError, StudyStopped
-from dvt_hpo.process import devices, launch
+from dvt_hpo.optuna_api.private import trial_id_of
+from dvt_hpo.process import launch
 from dvt_hpo.process.import_path import child_pythonpath
+from dvt_hpo.sampling import space
 from dvt_hpo.store import lock as storage_lock
 from dvt_hpo.store import trial_config
 from dvt_hpo.store.errors import OutageRetry
-from dvt_hpo.store.redact import redact_url
 from dvt_hpo.study import (
     compute_budget,
     kill_points,
     plateau,
     recovery,
     resume,
-    space,
     stop_rules,
     stopped_nodes,
 )
@@ -50,7 +51,7 @@ from dvt_hpo.study.events import (
 )
 from dvt_hpo.study.front import study_ended
 from dvt_hpo.study.handle import StudyHandle
-from dvt_hpo.study.observers import Observers, study_observers
+from dvt_hpo.study.observers import ObserverFactory, Observers
 from dvt_hpo.study.outcome import TrialOutcome
 from dvt_hpo.study.setup import (
     check_runs_dir,
@@ -61,6 +62,7 @@ from dvt_hpo.study.setup import (
 from dvt_hpo.study.stop_signals import StopSignals
 from dvt_hpo.study.trial_run import TrialRun, tell
 from dvt_hpo.studyfile import BUILTIN_ENTRYPOINT
+from dvt_hpo.text.redact import redact_url
 
 if TYPE_CHECKING:
     import optuna
@@ -90,6 +92,7 @@ class StudyRunner:
         out: Callable[[str], None] | None = None,
         observers: Sequence[StudyObserver] = (),
         launch_gate: Callable[[optuna.Study], str | None] | None = None,
+        observer_factory: ObserverFactory | None = None,
     ) -> None:
         self.spec = spec
         self.allow_space_change = allow_space_change
@@ -99,12 +102,10 @@ class StudyRunner:
         self.retry_failed = retry_failed
         self.out = out or (lambda line: print(line, flush=True))
         self._extra_observers = list(observers)
+        self._observer_factory = observer_factory
         self.observers = Observers(self._extra_observers, self.out)
-        # None while new trials may start, else why not (a Slurm job's time limit near).
-        if launch_gate is None:
-            from dvt_hpo.cluster.time_limit import gate_for_environment
-
-            launch_gate = gate_for_environment(spec)
+        # None while new trials may start, else why not (a Slurm job's time limit near): the
+        # caller's gate (dvt_hpo.run.runner passes the Slurm job's), none without one.
         self.launch_gate = launch_gate
         self._prints_trial_lines = True
         self.study_lock = threading.RLock()
@@ -287,7 +288,7 @@ class StudyRunner:
                 exit_code = 0
                 return self.study
             n_done = self._n_done()
-            slots = devices.split_devices(
+            slots = device_slots.split_devices(
                 spec.trials.devices,
                 spec.trials.parallel,
                 nproc_per_node=spec.trials.nproc_per_node,
@@ -300,9 +301,11 @@ class StudyRunner:
                 f"{run_messages.algorithms_text(spec.study, multi_objective=spec.objective.is_multi)}; "
                 + (f"{n_done}/{n_trials} trials done, " if n_trials else f"{n_done} done, ")
                 + f"{spec.trials.parallel} at a time"
-                + (f", {devices.packing_text(slots, spec.trials.per_gpu)}" if packing else "")
+                + (f", {device_slots.packing_text(slots, spec.trials.per_gpu)}" if packing else "")
                 + (f"; resume states in {resume.resume_root(spec)}" if spec.trials.resume else "")
             )
+            for note in self.launcher.notes:
+                self.out(note)
             self.out(run_messages.dashboard_hint(spec.path, spec.overrides))
             stop_message = self._loop(slots)
             self.print_summary()
@@ -348,7 +351,7 @@ class StudyRunner:
             )
         self._awaited = numbers
 
-    def _loop(self, slots: Sequence[devices.Slot]) -> str | None:
+    def _loop(self, slots: Sequence[device_slots.Slot]) -> str | None:
         spec = self.spec
         n_trials = spec.study.n_trials
         free_slots = list(slots)
@@ -447,7 +450,7 @@ class StudyRunner:
             self.out(f"waiting for {len(self.running)} running trial(s)")
         return True
 
-    def _launch(self, slot: devices.Slot) -> bool:
+    def _launch(self, slot: device_slots.Slot) -> bool:
         """Ask for a trial and start it in ``slot``; False when the study's budget turned out
         to be used up by another worker between our count and our ask."""
         with self.study_lock:
@@ -458,7 +461,7 @@ class StudyRunner:
         except KeyboardInterrupt:
             # Stopped before it ran: recorded for a retry, as a running trial would be.
             with contextlib.suppress(Exception), self.study_lock:
-                self.fail_attempt(trial._trial_id)
+                self.fail_attempt(trial_id_of(trial))
             raise
         except Exception as exc:
             # Nothing runs for this trial: end it with the reason, not RUNNING until stale.
@@ -468,10 +471,10 @@ class StudyRunner:
                 tell(self.study, trial, state=recovery.trial_state("FAIL"), skip_if_finished=True)
             raise
 
-    def _start(self, trial: optuna.Trial, slot: devices.Slot) -> bool:
+    def _start(self, trial: optuna.Trial, slot: device_slots.Slot) -> bool:
         spec = self.spec
         with self.study_lock:
-            trial_id = trial._trial_id  # Optuna exposes no public id; storages need it
+            trial_id = trial_id_of(trial)
             if not self._reseeded:
                 # Samplers draw lazily (at the first suggest), so re-seeding now decides this
                 # trial's params too. The first trial number a worker gets is unique among all
@@ -549,9 +552,11 @@ class StudyRunner:
 
     def _build_observers(self) -> None:
         """The observers the study file asks for (progress, MLflow), then the caller's."""
-        progress, defaults = study_observers(
-            self.spec, self.study, progress=self._progress_view, out=self.out
-        )
+        progress, defaults = (None, [])
+        if self._observer_factory is not None:
+            progress, defaults = self._observer_factory(
+                self.spec, self.study, progress=self._progress_view, out=self.out
+            )
         if progress is not None:
             self.out = progress.out
             self._prints_trial_lines = False  # the progress observer prints them
@@ -583,34 +588,7 @@ class StudyRunner:
             self.out(line)
 
 
-def run_study(
-    path: str | os.PathLike[str],
-    overrides: tuple[str, ...] | list[str] = (),
-    *,
-    allow_space_change: bool = False,
-    retry_failed: bool = False,
-    out: Callable[[str], None] | None = None,
-    observers: Sequence[StudyObserver] = (),
-) -> optuna.Study:
-    """Run (or resume) the study of a study.yaml file; returns the Optuna study.
-
-    The same as ``dvt-hpo run PATH --set ...``, for notebooks and scripts.
-    """
-    from dvt_hpo.study.preflight import load_runnable
-
-    spec = load_runnable(path, overrides)
-    runner = StudyRunner(
-        spec,
-        allow_space_change=allow_space_change,
-        retry_failed=retry_failed,
-        out=out,
-        observers=observers,
-    )
-    return runner.run()
-
-
 __all__ = [
     "EXIT_INTERRUPTED",
     "StudyRunner",
-    "run_study",
 ]

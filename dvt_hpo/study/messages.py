@@ -13,16 +13,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dvt_hpo.store.redact import redact_url
-from dvt_hpo.store.urls import storage_kind
+from dvt_hpo.studyfile.urls import storage_kind
+from dvt_hpo.text.redact import redact_url
 
 if TYPE_CHECKING:
     import optuna
 
+    from dvt_hpo.spec.model import StudySection, StudySpec
     from dvt_hpo.study.events import TrialFinished
     from dvt_hpo.study.front import Best
     from dvt_hpo.studyfile import ObjectiveSpec
-    from dvt_hpo.studyfile.model import StudySection, StudySpec
 
 
 def objective_text(objective: ObjectiveSpec) -> str:
@@ -59,7 +59,7 @@ _WORDS = {
 
 
 def _settings(kind: str, kwargs: Mapping[str, Any], cls: type) -> list[str]:
-    from dvt_hpo.study.optuna_factory import yaml_parameters
+    from dvt_hpo.sampling.optuna_factory import yaml_parameters
 
     params = yaml_parameters(cls)
     shown = dict.fromkeys(_SHOWN_ALWAYS.get(kind, ()))
@@ -82,7 +82,7 @@ def _settings(kind: str, kwargs: Mapping[str, Any], cls: type) -> list[str]:
 def algorithms_text(study: StudySection, *, multi_objective: bool = False) -> str:
     """``sampler TPE (univariate, seed 3) · pruner Wilcoxon (p 0.1) — the defaults``: what a
     study uses, with the settings that shape it (the start line and ``validate`` say it)."""
-    from dvt_hpo.study.optuna_factory import pruner_class, sampler_class
+    from dvt_hpo.sampling.optuna_factory import pruner_class, sampler_class
     from dvt_hpo.studyfile.defaults import DEFAULT_PRUNER, DEFAULT_SAMPLER
 
     sampler, pruner = study.sampler, study.pruner

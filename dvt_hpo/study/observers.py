@@ -1,17 +1,18 @@
-"""The study loop's observers: which ones a study file asks for, and calling them so that none
-of them can fail or stall the study.
+"""The study loop's observers: calling them so that none of them can fail or stall the study,
+and the shape of the factory that builds those a study file asks for.
 
-:func:`study_observers` builds them once the study is open: terminal progress first (its
-``out`` replaces the loop's own, so messages print above the live view), then MLflow when
-``tracking.mlflow`` is set. :class:`Observers` wraps each call: an observer that raises costs
-one warning line and the study goes on. The events are defined in :mod:`dvt_hpo.study.events`.
+:class:`Observers` wraps each call: an observer that raises costs one warning line and the study
+goes on. Which observers a study file asks for (progress, MLflow, Slurm ids) is decided above
+the loop, by :func:`dvt_hpo.run.observers.study_observers`, which the CLI and
+:func:`dvt_hpo.run_study` hand the loop as its :class:`ObserverFactory`. The events are defined
+in :mod:`dvt_hpo.study.events`.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dvt_hpo.study.events import (
     BaseObserver,
@@ -22,7 +23,6 @@ from dvt_hpo.study.events import (
     TrialReported,
     TrialStarted,
 )
-from dvt_hpo.views.progress import ProgressObserver
 
 if TYPE_CHECKING:
     import optuna
@@ -70,45 +70,24 @@ class Observers:
                 observer.close()
 
 
-def study_observers(
-    spec: StudySpec,
-    study: optuna.Study | None,
-    *,
-    stream: IO[str] | None = None,
-    live: bool | None = None,
-    report_every_s: float | None = 30.0,
-    progress: bool = True,
-    out: Callable[[str], None] = print,
-) -> tuple[ProgressObserver | None, list[BaseObserver]]:
-    """``(progress, observers)``: ``observers`` holds ``progress`` first (unless ``progress``
-    is false), then MLflow when ``tracking.mlflow`` is set (its ``tracking_uri`` already
-    expanded by the spec), then the Slurm ids recorder inside a Slurm job. Raises ``DvtHpoError`` naming the extra to install when MLflow is
-    asked for and missing."""
-    view = ProgressObserver(stream, live=live, report_every_s=report_every_s) if progress else None
-    observers: list[BaseObserver] = [view] if view is not None else []
-    mlflow = spec.tracking.mlflow
-    if mlflow is not None:
-        from dvt_hpo.tracking.mlflow import MlflowObserver
+class LineView(Protocol):
+    """A live view that prints the run's lines above itself (the terminal progress)."""
 
-        observers.append(
-            MlflowObserver(
-                mlflow.tracking_uri,
-                mlflow.experiment or spec.study.name,
-                run_name=getattr(mlflow, "run_name", None),
-                tags=getattr(mlflow, "tags", None),
-                study=study,
-                warn=view.out if view is not None else out,
-            )
-        )
-    from dvt_hpo.cluster.slurm import SlurmJob
-
-    job = SlurmJob.from_environ()
-    if job is not None:
-        # A worker in a Slurm job: each trial records the job, array job and task.
-        from dvt_hpo.cluster.observer import SlurmObserver
-
-        observers.append(SlurmObserver(job))
-    return view, observers
+    def out(self, line: str) -> None: ...
 
 
-__all__ = ["Observers", "study_observers"]
+class ObserverFactory(Protocol):
+    """Builds the observers a study file asks for, once the study is open: ``(view, observers)``,
+    ``view`` (or None) being the one whose ``out`` replaces the loop's own."""
+
+    def __call__(
+        self,
+        spec: StudySpec,
+        study: optuna.Study | None,
+        *,
+        progress: bool,
+        out: Callable[[str], None],
+    ) -> tuple[LineView | None, list[BaseObserver]]: ...
+
+
+__all__ = ["LineView", "ObserverFactory", "Observers"]

@@ -33,10 +33,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from dvt_hpo.study.constraints import feasible
+from dvt_hpo.sampling.constraints import feasible
+from dvt_hpo.spec.model import ConstraintSpec
 from dvt_hpo.study.events import TrialFinished
 from dvt_hpo.study.reduction import choose_epoch, reduce_trial
-from dvt_hpo.studyfile.model import ConstraintSpec
 from dvt_hpo.wire.result import TrialResult
 
 State = Literal["COMPLETE", "PRUNED", "FAIL"]
@@ -108,7 +108,7 @@ def describe_exit(returncode: int | None) -> str:
 
 def pruned_reason(step: int, pruner: str | None = None) -> str:
     """``pruned at step 3 by MedianPruner`` (``pruner``: the study's ``study.pruner.kind``)."""
-    from dvt_hpo.study.optuna_factory import PRUNER_CLASSES
+    from dvt_hpo.sampling.optuna_factory import PRUNER_CLASSES
 
     by = f" by {PRUNER_CLASSES.get(pruner, pruner)}" if pruner else ""
     return f"pruned at step {step}{by}"

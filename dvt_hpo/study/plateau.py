@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from dvt_hpo.study.constraints import feasible
+from dvt_hpo.sampling.constraints import feasible
 
 if TYPE_CHECKING:
-    from dvt_hpo.studyfile.model import StudySpec
+    from dvt_hpo.spec.model import StudySpec
 
 __all__ = ["PlateauWatch", "plateau_message", "plateau_reached"]
 

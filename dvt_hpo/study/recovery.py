@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dvt_hpo.optuna_api.private import trial_id_of
 from dvt_hpo.store.queries import trial_marks
 from dvt_hpo.store.storage import (
     MACHINE_ATTR,
@@ -227,7 +228,7 @@ def reconcile(
         # Closed as over budget but killed before the FAIL: closed, not retried.
         retry = not trial.system_attrs.get(OVER_BUDGET_ATTR)
         failed = fail_attempt(
-            study, storage, trial._trial_id, retry=retry, max_retries=max_retries, enqueue=False
+            study, storage, trial_id_of(trial), retry=retry, max_retries=max_retries, enqueue=False
         )
         if failed and on_failed is not None:
             on_failed(trial, retry)

@@ -23,7 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from dvt_hpo.config.hints import did_you_mean
-from dvt_hpo.studyfile.model import ConstraintSpec
+from dvt_hpo.sampling.constraints import constraint_value
+from dvt_hpo.spec.model import ConstraintSpec
 
 History = Sequence[tuple[int, Mapping[str, float]]]
 # A pruned trial's constraint that was never reported: infeasible, ranked after every known
@@ -100,16 +101,6 @@ def missing_objective_reason(history: History, names: Sequence[str]) -> Reduced:
         failure=f"the objectives {list(names)} were never all reported (as finite numbers) in "
         "the same epoch; their values must come from one epoch"
     )
-
-
-def constraint_value(constraint: ConstraintSpec, value: float) -> float:
-    """Optuna's constraint value of ``value``: ``<= 0`` when feasible."""
-    parts = []
-    if constraint.max is not None:
-        parts.append(value - constraint.max)
-    if constraint.min is not None:
-        parts.append(constraint.min - value)
-    return max(parts)
 
 
 def _constraint_metric(

@@ -27,14 +27,14 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.exceptions import SpecError
-from dvt_hpo.store.redact import redact_url
 from dvt_hpo.study.budget import PRIOR_ATTR
 from dvt_hpo.studyfile.seeding import misfit
+from dvt_hpo.text.redact import redact_url
 
 if TYPE_CHECKING:
     import optuna
 
-    from dvt_hpo.studyfile.model import Dimension, StudySpec
+    from dvt_hpo.spec.model import Dimension, StudySpec
 
 __all__ = ["SEEDED_ATTR", "Seeds", "read_warm_start", "seed_study"]
 
@@ -70,10 +70,10 @@ def _error(spec: StudySpec, field: str, message: str) -> SpecError:
 
 def read_warm_start(spec: StudySpec) -> Seeds:
     """Read the earlier study of ``study.warm_start`` (nothing is written there)."""
+    from dvt_hpo.sampling.constraints import is_feasible
+    from dvt_hpo.sampling.space import distributions
     from dvt_hpo.store import compat
     from dvt_hpo.store.storage import open_existing
-    from dvt_hpo.study.constraints import is_feasible
-    from dvt_hpo.study.space import distributions
 
     warm = spec.study.warm_start
     seeds = Seeds()
@@ -132,7 +132,7 @@ def _priors(
 ) -> list[optuna.trial.FrozenTrial]:
     import optuna
 
-    from dvt_hpo.study.constraints import _constraints_key
+    from dvt_hpo.sampling.constraints import _constraints_key
 
     out = []
     key = _constraints_key()

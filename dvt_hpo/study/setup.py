@@ -1,5 +1,6 @@
 """Opening a study for a run: storage, direction and search-space checks, sampler and pruner,
-and the batch-size cache every worker shares through the study's system attrs."""
+and the study file's settings written into the study's attrs. (The batch-size cache every
+worker shares through the study's system attrs is :mod:`dvt_hpo.batch.cache`.)"""
 
 from __future__ import annotations
 
@@ -12,19 +13,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.exceptions import SpecError
+from dvt_hpo.optuna_api.private import storage_of, study_id_of
 from dvt_hpo.store import compat
 from dvt_hpo.store.lock import retry_lock
 from dvt_hpo.store.queries import count_trials
-from dvt_hpo.store.redact import redact_url
 from dvt_hpo.store.storage import HeartbeatSettings, create_or_load_study, study_storage
 from dvt_hpo.store.stored_study import StoredStudy
 from dvt_hpo.study.compute_budget import mark_started
 from dvt_hpo.study.seeding import seed_study
+from dvt_hpo.text.redact import redact_url
 
 if TYPE_CHECKING:
     import optuna
 
-    from dvt_hpo.studyfile.model import StudySpec
+    from dvt_hpo.spec.model import StudySpec
 
 ATTR_PREFIX = compat.ATTR_PREFIX
 
@@ -35,7 +37,7 @@ def open_study(
     """``(study, storage, study_id)``, created or loaded, checked against the study file."""
     import optuna
 
-    from dvt_hpo.study.optuna_factory import build_pruner, build_sampler
+    from dvt_hpo.sampling.optuna_factory import build_pruner, build_sampler
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     # We drive heartbeats ourselves around ask/tell (Optuna warns that they are meant for
@@ -84,7 +86,7 @@ def open_study(
 def reseeded_sampler(spec: StudySpec, first_number: int) -> optuna.samplers.BaseSampler:
     """The run's sampler seeded with ``sampler.seed + first_number``, the number of the first
     trial this worker asked (see :meth:`StudyRunner._launch`)."""
-    from dvt_hpo.study.optuna_factory import build_sampler
+    from dvt_hpo.sampling.optuna_factory import build_sampler
 
     return build_sampler(
         spec.study.sampler,
@@ -151,7 +153,7 @@ def check_settings(
     for key, value in compat.settings_attrs(spec).items():
         if attrs.get(key) != value:
             study.set_user_attr(key, value)
-    storage, study_id = study._storage, study._study_id
+    storage, study_id = storage_of(study), study_id_of(study)
     stored = storage.get_study_system_attrs(study_id)
     for key, value in compat.system_attrs(spec).items():
         if stored.get(key) != value:

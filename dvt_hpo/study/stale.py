@@ -22,6 +22,7 @@ import time
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from dvt_hpo.optuna_api.private import heartbeat_model, trial_id_of
 from dvt_hpo.store.storage import supports_heartbeat
 
 if TYPE_CHECKING:
@@ -44,10 +45,9 @@ def heartbeat_ages(storage: Any, trials: list[optuna.trial.FrozenTrial]) -> dict
             if t.system_attrs.get(HEARTBEAT_ATTR) is not None
         }
     import sqlalchemy
-    from optuna.storages._rdb import models  # no public reader of heartbeats
 
-    by_id = {t._trial_id: t.number for t in trials}
-    model = models.TrialHeartbeatModel
+    by_id = {trial_id_of(t): t.number for t in trials}
+    model = heartbeat_model()
     query = sqlalchemy.select(model.trial_id, model.heartbeat, sqlalchemy.func.now()).where(
         model.trial_id.in_(list(by_id))
     )

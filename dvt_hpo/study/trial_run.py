@@ -21,12 +21,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.batch.cache import cache_key
+from dvt_hpo.devices.gpu_share import GpuShare
+from dvt_hpo.devices.slots import Slot
+from dvt_hpo.optuna_api.private import storage_of, trial_id_of
 from dvt_hpo.process import cgroup, launch
-from dvt_hpo.process.devices import Slot
-from dvt_hpo.process.gpu_share import GpuShare
 from dvt_hpo.process.tree import TrialProcess, describe_exit
+from dvt_hpo.sampling.constraints import store_constraints
 from dvt_hpo.study import kill_points, node_health, recovery, resume
-from dvt_hpo.study.constraints import store_constraints
 from dvt_hpo.study.events import TrialReported
 from dvt_hpo.study.outcome import (
     Flags,
@@ -89,7 +90,7 @@ class TrialRun:
         self.study = study
         self.spec = study.spec
         self.trial = trial
-        self.trial_id: int = trial._trial_id  # Optuna exposes no public id; storages need it
+        self.trial_id: int = trial_id_of(trial)
         self.number = trial.number
         self.params = params
         self.config = config
@@ -147,7 +148,7 @@ class TrialRun:
             # stored, so status and the dashboard show where the trial is, and a pruner for
             # several objectives decides on the values it stores itself.
             self._set_attrs({"last_step": int(step), "last_metrics": dict(metrics)})
-            from dvt_hpo.study.mo_pruner import MULTI_OBJECTIVE_PRUNERS, report_and_prune
+            from dvt_hpo.sampling.mo_pruner import MULTI_OBJECTIVE_PRUNERS, report_and_prune
 
             if self.spec.study.pruner.kind not in MULTI_OBJECTIVE_PRUNERS:
                 return False
@@ -591,7 +592,7 @@ def tell(study: optuna.Study, trial: optuna.Trial, *args: Any, **kwargs: Any) ->
     except RuntimeError as exc:
         if "Study.stop" not in str(exc):
             raise
-        return study._storage.get_trial(trial._trial_id)
+        return storage_of(study).get_trial(trial_id_of(trial))
 
 
 __all__ = ["MAX_HISTORY_POINTS", "TrialRun", "history_attr", "tell"]

@@ -3,7 +3,7 @@
 Each worker is a plain ``dvt-hpo run`` process (not a thread, not a joblib task: it owns its
 trials' process groups and must be signalled like any orchestrator), sharing the study through
 its storage exactly as workers on several machines do. The devices are split once here: the
-``K * trials.parallel`` slots of :func:`dvt_hpo.process.devices.split_devices` are dealt out in
+``K * trials.parallel`` slots of :func:`dvt_hpo.devices.slots.split_devices` are dealt out in
 contiguous blocks, so worker ``i`` gets its own GPUs (``trials.devices``) or its share of the
 CPU threads (``OMP_NUM_THREADS``). Their output is relayed line by line, prefixed ``[wI]``.
 
@@ -29,8 +29,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from dvt_hpo.devices.slots import Slot, split_devices
 from dvt_hpo.exceptions import SpecError
-from dvt_hpo.process.devices import Slot, split_devices
 
 if TYPE_CHECKING:
     from dvt_hpo.studyfile import StudySpec

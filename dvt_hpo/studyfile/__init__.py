@@ -1,22 +1,23 @@
 """study.yaml -> typed, validated :class:`StudySpec` (the package of the study-file loader).
 
-Import-light: the dataclasses of :mod:`dvt_hpo.studyfile.model` are re-exported eagerly (stdlib
-only); everything that needs optuna or yaml loads on first use, so ``import dvt_hpo.studyfile.model``
-(the trial process) imports neither.
+Import-light: the dataclasses of :mod:`dvt_hpo.spec.model` are re-exported eagerly (stdlib
+only); everything that needs optuna or yaml loads on first use, so ``import dvt_hpo.studyfile``
+imports neither (the trial process imports :mod:`dvt_hpo.spec.model` itself).
 
-Layout: ``model`` (the dataclasses), ``source`` (YAML with line numbers, ``--set`` overrides),
-``fields`` (the field readers and error placement), ``study`` (study, storage, tracking),
-``objective`` (metric, direction rule), ``trials`` (trials, devices, memory), ``search`` (search
-space and ``when``), ``batch`` (batch size), ``cluster`` (``dvt-hpo submit``'s scheduler),
-``trainer`` (trainer config and schema), ``load``
-(:func:`load_spec`) and ``runnable`` (what run and validate check beyond the file).
+Layout: ``fields`` (the field readers and error placement), ``study`` (study, storage,
+tracking), ``urls`` (``study.storage`` URLs), ``objective`` (metric, direction rule), ``trials``
+(trials, devices, memory), ``search`` (search space and ``when``), ``batch`` (batch size),
+``cluster`` (``dvt-hpo submit``'s scheduler), ``trainer`` (trainer config and schema),
+``command`` (``trainer.command``), ``defaults`` (derived settings) and ``load``
+(:func:`load_spec`). The YAML reader is :mod:`dvt_hpo.config.source`; what run and validate
+check beyond the file is :mod:`dvt_hpo.run.preflight`.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dvt_hpo.studyfile.model import (
+from dvt_hpo.spec.model import (
     BUILTIN_ENTRYPOINT,
     COMMAND_ENTRYPOINT,
     BatchSizeSpec,
@@ -39,14 +40,14 @@ from dvt_hpo.studyfile.model import (
 
 if TYPE_CHECKING:
     from dvt_hpo.config.source import OVERRIDE_SOURCE
-    from dvt_hpo.study.optuna_factory import build_pruner, build_sampler
+    from dvt_hpo.sampling.optuna_factory import build_pruner, build_sampler
     from dvt_hpo.studyfile.load import load_spec, spec_to_dict
 
 _LAZY = {
     "load_spec": ("dvt_hpo.studyfile.load", "load_spec"),
     "spec_to_dict": ("dvt_hpo.studyfile.load", "spec_to_dict"),
-    "build_sampler": ("dvt_hpo.study.optuna_factory", "build_sampler"),
-    "build_pruner": ("dvt_hpo.study.optuna_factory", "build_pruner"),
+    "build_sampler": ("dvt_hpo.sampling.optuna_factory", "build_sampler"),
+    "build_pruner": ("dvt_hpo.sampling.optuna_factory", "build_pruner"),
     "OVERRIDE_SOURCE": ("dvt_hpo.config.source", "OVERRIDE_SOURCE"),
 }
 

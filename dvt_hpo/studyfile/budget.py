@@ -1,7 +1,7 @@
 """``study.budget``: limits in compute beside ``study.n_trials`` (whichever comes first).
 
 ``{gpu_hours, cpu_hours, epochs, hours, strict}``, each optional but one limit at least. The
-plain values are checked by the schema engine (:class:`~dvt_hpo.studyfile.model.BudgetSpec`);
+plain values are checked by the schema engine (:class:`~dvt_hpo.spec.model.BudgetSpec`);
 this module adds what depends on other sections: a budget in GPU-hours on a study whose trials
 run on the CPU would never be spent, so it is refused here, naming ``cpu_hours`` instead.
 How the budget is spent and shared is :mod:`dvt_hpo.study.compute_budget`.
@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from dvt_hpo.config.source import Key
+from dvt_hpo.spec.model import BudgetSpec, StudySection, TrialsSpec
 from dvt_hpo.studyfile.fields import Reader
-from dvt_hpo.studyfile.model import BudgetSpec, StudySection, TrialsSpec
 
 __all__ = ["LIMITS", "read_budget"]
 

@@ -1,6 +1,6 @@
 """Section ``cluster``: how ``dvt-hpo submit`` starts the study's workers (a Slurm job array).
 
-Plain fields are checked by the schema engine from :class:`~dvt_hpo.studyfile.model.ClusterSpec`;
+Plain fields are checked by the schema engine from :class:`~dvt_hpo.spec.model.ClusterSpec`;
 the code here reads what a type cannot say: the time limit in Slurm's own forms, the memory
 as a size with units, the extra sbatch options (refusing those ``submit`` sets itself) and the
 setup lines. Nothing here talks to Slurm: ``validate`` works on a laptop.
@@ -16,8 +16,8 @@ from typing import Any
 from dvt_hpo.config.hints import describe
 from dvt_hpo.config.source import Key
 from dvt_hpo.config.units import parse_bytes
+from dvt_hpo.spec.model import ClusterSpec
 from dvt_hpo.studyfile.fields import Reader
-from dvt_hpo.studyfile.model import ClusterSpec
 
 __all__ = ["OWNED_SBATCH_OPTIONS", "parse_time_limit", "read_cluster"]
 

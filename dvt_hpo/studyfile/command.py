@@ -3,7 +3,7 @@
 Read with section ``trainer`` (:func:`read_command`: the argv's shape and placeholder syntax,
 the pattern's regex and groups) and checked once the search space and batch size are known
 (:func:`check_command`: every placeholder resolves, ``batch_size.auto`` is refused). Whether
-the executable exists is a runnable check (:mod:`dvt_hpo.study.preflight`).
+the executable exists is a runnable check (:mod:`dvt_hpo.run.preflight`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from dvt_hpo.command.template import RESERVED, TemplateError, placeholders
 from dvt_hpo.config.hints import describe, did_you_mean
 from dvt_hpo.config.paths import get_path, parse_path
 from dvt_hpo.config.source import Key
+from dvt_hpo.spec.model import COMMAND_ENTRYPOINT, BatchSizeSpec, Dimension, TrainerSpec
 from dvt_hpo.studyfile.fields import Reader
-from dvt_hpo.studyfile.model import COMMAND_ENTRYPOINT, BatchSizeSpec, Dimension, TrainerSpec
 
 __all__ = ["check_command", "read_command"]
 

@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dvt_hpo.studyfile.model import Dimension, PrunerSpec, SamplerSpec, StudySection
+from dvt_hpo.spec.model import Dimension, PrunerSpec, SamplerSpec, StudySection
 
 __all__ = ["DEFAULT_PRUNER", "DEFAULT_SAMPLER", "derive_budget_settings"]
 

@@ -1,7 +1,7 @@
 """The field readers every section of the study file uses, with errors placed at their line.
 
 The plain fields of a section are checked by the one schema engine (:mod:`dvt_hpo.config.schema`,
-against the dataclasses of :mod:`dvt_hpo.studyfile.model`); :class:`Reader` adds the study file's
+against the dataclasses of :mod:`dvt_hpo.spec.model`); :class:`Reader` adds the study file's
 context: the folder relative paths resolve against and the line of every value (:class:`Doc`).
 """
 

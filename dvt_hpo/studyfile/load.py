@@ -3,7 +3,7 @@
 Reads the file with line numbers, applies the overrides, reads each section group, then runs
 the cross-section checks (Optuna builds the sampler and pruner once). What ``run`` and
 ``validate`` check on the machine beyond a valid file is the study's preflight
-(:func:`dvt_hpo.study.preflight.load_runnable`), which reads the file through
+(:func:`dvt_hpo.run.preflight.load_runnable`), which reads the file through
 :func:`read_study_file` for its line numbers. The first problem raises :class:`~dvt_hpo.exceptions.SpecError` naming the file, the line, the dotted
 field, the rule and the value. Loading writes nothing anywhere.
 """
@@ -19,20 +19,20 @@ from dvt_hpo.config.hints import describe, did_you_mean
 from dvt_hpo.config.paths import format_path
 from dvt_hpo.config.source import Doc, apply_override, parse_override, read_yaml
 from dvt_hpo.exceptions import SpecError
-from dvt_hpo.store.redact import redact_url
+from dvt_hpo.spec.model import Condition, StudySpec
 from dvt_hpo.studyfile.batch import read_batch_size
 from dvt_hpo.studyfile.budget import read_budget
 from dvt_hpo.studyfile.cluster import read_cluster
 from dvt_hpo.studyfile.command import check_command
 from dvt_hpo.studyfile.defaults import derive_budget_settings
 from dvt_hpo.studyfile.fields import Reader
-from dvt_hpo.studyfile.model import Condition, StudySpec
 from dvt_hpo.studyfile.objective import read_objective
 from dvt_hpo.studyfile.search import read_search_space
 from dvt_hpo.studyfile.seeding import read_seeding
 from dvt_hpo.studyfile.study import check_algorithms, read_study, read_tracking
 from dvt_hpo.studyfile.trainer import read_trainer
 from dvt_hpo.studyfile.trials import check_packing, read_trials
+from dvt_hpo.text.redact import redact_url
 
 __all__ = ["SECTIONS", "load_spec", "read_study_file", "spec_to_dict"]
 

@@ -29,8 +29,8 @@ from typing import Any, Literal
 
 from dvt_hpo.config.hints import describe
 from dvt_hpo.config.source import Key
+from dvt_hpo.spec.model import ConstraintSpec, MetricSpec, ObjectiveSpec
 from dvt_hpo.studyfile.fields import Reader
-from dvt_hpo.studyfile.model import ConstraintSpec, MetricSpec, ObjectiveSpec
 
 __all__ = [
     "MAXIMIZE_WORDS",

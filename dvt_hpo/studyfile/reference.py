@@ -1,6 +1,6 @@
 """The study.yaml reference, generated from the dataclasses the loader checks a study file with.
 
-Every field of :mod:`dvt_hpo.studyfile.model` says what it is in its own line
+Every field of :mod:`dvt_hpo.spec.model` says what it is in its own line
 (``rule(..., doc="...")`` or ``domain(..., doc="...", accepts="...")``, read back with
 :func:`dvt_hpo.config.schema.field_doc`); its type, default and range come from the same field.
 The docs site renders :func:`markdown` at build time (``docs/hooks.py``), so the reference
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dvt_hpo.config.schema import Rule, allowed_text, field_doc
-from dvt_hpo.studyfile.model import StudySpec
+from dvt_hpo.spec.model import StudySpec
 
 __all__ = ["Row", "markdown", "rows", "sections", "undocumented"]
 
@@ -170,7 +170,7 @@ def markdown() -> str:
         "# study.yaml reference",
         "",
         "Generated from the dataclasses the loader checks a study file against "
-        "(`dvt_hpo/studyfile/model.py`): what this page says is what `dvt-hpo validate` "
+        "(`dvt_hpo/spec/model.py`): what this page says is what `dvt-hpo validate` "
         "accepts. A study file has eight sections; only `study.name`, `trainer` and "
         "`search_space` are required. Unknown keys are rejected with a did-you-mean, and "
         "relative paths (SQLite and journal files, `trainer.config_file`, `trials.runs_dir`) "

@@ -20,9 +20,9 @@ from dvt_hpo.config.paths import parse_path, set_path
 from dvt_hpo.config.schema import from_mapping, type_name, value_fits_type
 from dvt_hpo.config.source import Key
 from dvt_hpo.exceptions import SpecError
-from dvt_hpo.study import space
+from dvt_hpo.sampling import space
+from dvt_hpo.spec.model import Condition, Dimension
 from dvt_hpo.studyfile.fields import Reader
-from dvt_hpo.studyfile.model import Condition, Dimension
 from dvt_hpo.studyfile.trainer import config_value, field_type
 
 __all__ = ["read_search_space"]

@@ -18,14 +18,14 @@ from typing import Any
 
 from dvt_hpo.config.hints import describe, did_you_mean
 from dvt_hpo.config.source import Key
+from dvt_hpo.spec.model import Dimension, StudySection, WarmStartSpec
 from dvt_hpo.studyfile.fields import Reader
-from dvt_hpo.studyfile.model import Dimension, StudySection, WarmStartSpec
 
 __all__ = ["misfit", "read_seeding"]
 
 
 def _same(a: Any, b: Any) -> bool:
-    # As dvt_hpo.study.space.same_value: True is not 1 here.
+    # As dvt_hpo.sampling.space.same_value: True is not 1 here.
     if isinstance(a, bool) or isinstance(b, bool):
         return isinstance(a, bool) and isinstance(b, bool) and a == b
     return a == b

@@ -1,7 +1,7 @@
 """Sections ``study`` (name, storage, budget, heartbeats, sampler and pruner) and ``tracking``
 (``objective`` is :mod:`dvt_hpo.studyfile.objective`).
 
-Plain fields are checked by the schema engine from :mod:`dvt_hpo.studyfile.model`; the code here
+Plain fields are checked by the schema engine from :mod:`dvt_hpo.spec.model`; the code here
 checks storage URLs, the share form of ``max_failures`` and sampler/pruner arguments against
 the real Optuna class signatures, and fills every default (``grace_period_s``, TPE's
 ``constant_liar`` when trials run in parallel) so the runtime never fills one again.
@@ -18,14 +18,10 @@ from typing import Any
 from dvt_hpo.config.hints import describe, did_you_mean
 from dvt_hpo.config.source import Key
 from dvt_hpo.exceptions import SpecError
-from dvt_hpo.store.redact import redact_url
-from dvt_hpo.store.urls import expand_env, resolve_url
-from dvt_hpo.study import optuna_factory, space
-from dvt_hpo.study.mo_pruner import MULTI_OBJECTIVE_PRUNERS
-from dvt_hpo.study.optuna_factory import build_pruner, build_sampler
-from dvt_hpo.studyfile.defaults import DEFAULT_PRUNER, DEFAULT_SAMPLER
-from dvt_hpo.studyfile.fields import Reader
-from dvt_hpo.studyfile.model import (
+from dvt_hpo.sampling import optuna_factory, space
+from dvt_hpo.sampling.mo_pruner import MULTI_OBJECTIVE_PRUNERS
+from dvt_hpo.sampling.optuna_factory import build_pruner, build_sampler
+from dvt_hpo.spec.model import (
     Dimension,
     MlflowSpec,
     PlateauSpec,
@@ -34,6 +30,10 @@ from dvt_hpo.studyfile.model import (
     StudySection,
     TrackingSpec,
 )
+from dvt_hpo.studyfile.defaults import DEFAULT_PRUNER, DEFAULT_SAMPLER
+from dvt_hpo.studyfile.fields import Reader
+from dvt_hpo.studyfile.urls import expand_env, resolve_url
+from dvt_hpo.text.redact import redact_url
 
 __all__ = ["check_algorithms", "check_multi_objective", "read_study", "read_tracking"]
 

@@ -23,9 +23,9 @@ from dvt_hpo.config.schema import field_type_at, from_mapping, to_plain
 from dvt_hpo.config.source import Key, Override, apply_override, read_yaml
 from dvt_hpo.exceptions import SpecError
 from dvt_hpo.process.import_path import study_imports
+from dvt_hpo.spec.model import BUILTIN_ENTRYPOINT, COMMAND_ENTRYPOINT, TrainerSpec
 from dvt_hpo.studyfile.command import read_command
 from dvt_hpo.studyfile.fields import Reader
-from dvt_hpo.studyfile.model import BUILTIN_ENTRYPOINT, COMMAND_ENTRYPOINT, TrainerSpec
 
 __all__ = ["ENTRYPOINT_RE", "config_value", "field_type", "read_trainer"]
 

@@ -1,6 +1,6 @@
 """Section ``trials``: launcher, parallel slots, devices, limits, the runs folder.
 
-Plain fields are checked by the schema engine from :class:`~dvt_hpo.studyfile.model.TrialsSpec`;
+Plain fields are checked by the schema engine from :class:`~dvt_hpo.spec.model.TrialsSpec`;
 devices are put in the canonical form the launcher splits into slots (``"auto"``, ``"cpu"``,
 ``"cuda"``, a GPU count, or a tuple of GPU ids), so nothing parses them again.
 """
@@ -14,8 +14,8 @@ from typing import Any
 from dvt_hpo.config.hints import describe, did_you_mean
 from dvt_hpo.config.source import Key
 from dvt_hpo.config.units import format_bytes, parse_bytes
+from dvt_hpo.spec.model import TrainerSpec, TrialsSpec
 from dvt_hpo.studyfile.fields import Reader
-from dvt_hpo.studyfile.model import TrainerSpec, TrialsSpec
 
 __all__ = [
     "check_packing",
@@ -121,7 +121,7 @@ def default_parallel(devices: Any, per_gpu: int) -> int:
         return per_gpu * len(devices)
     if isinstance(devices, int):
         return per_gpu * devices
-    from dvt_hpo.process.devices import visible_gpus
+    from dvt_hpo.devices.slots import visible_gpus
 
     return per_gpu * max(1, len(visible_gpus()))
 
@@ -170,7 +170,7 @@ def read_log_limit(r: Reader, sec: Mapping[str, Any], key: Key) -> int | None:
 
 def read_devices(r: Reader, sec: Mapping[str, Any], key: Key) -> Any:
     """Canonical devices: ``"auto"``, ``"cpu"``, ``"cuda"``, an int (a GPU count), or a tuple
-    of GPU ids; :func:`dvt_hpo.process.devices.split_devices` shares them among the slots."""
+    of GPU ids; :func:`dvt_hpo.devices.slots.split_devices` shares them among the slots."""
     fkey = (*key, "devices")
     if "devices" not in sec:
         return "auto"

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.exceptions import DvtHpoError
+from dvt_hpo.optuna_api.private import storage_of
 from dvt_hpo.study.events import (
     BaseObserver,
     StudyEnded,
@@ -101,7 +102,7 @@ def _text(value: Any) -> str:
 
 def redact_text(text: str) -> str:
     """``text`` with the password of every URL in it replaced (a study file's storage URL)."""
-    from dvt_hpo.store.redact import redact_url
+    from dvt_hpo.text.redact import redact_url
 
     return _URL.sub(lambda m: redact_url(m.group(0)), text)
 
@@ -153,7 +154,7 @@ class MlflowObserver(BaseObserver):
                     target.addFilter(_quiet_on_writer)
         from mlflow.tracking import MlflowClient
 
-        from dvt_hpo.store.redact import redact_url
+        from dvt_hpo.text.redact import redact_url
 
         self.tracking_uri = tracking_uri
         self.shown_uri = redact_url(tracking_uri) if tracking_uri else "the default MLflow store"
@@ -381,7 +382,7 @@ class MlflowObserver(BaseObserver):
             self._id_ready[event.number].set()
         if late and self.study is not None:
             # The loop stopped waiting for the id: the trial is running without it.
-            self.study._storage.set_trial_user_attr(event.trial_id, RUN_ID_ATTR, run_id)
+            storage_of(self.study).set_trial_user_attr(event.trial_id, RUN_ID_ATTR, run_id)
         params = [Param(_key(k), _text(v)) for k, v in event.params.items()]
         if params:
             self.client.log_batch(run_id, params=params)

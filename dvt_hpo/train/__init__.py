@@ -26,7 +26,7 @@ __all__ = [
 
 def run(config: dict[str, Any], ctx: Any) -> dict[str, float]:
     """Train with ``config`` (a plain dict, see :class:`TrainerConfig`), reporting to ``ctx``."""
-    from dvt_hpo.train.trainer import run as _run
+    from dvt_hpo.train.builtin import run as _run
 
     return _run(config, ctx)
 
@@ -36,7 +36,7 @@ def train_file(path: str | os.PathLike[str], overrides: Iterable[str] = ()) -> d
 
     Prints one line per epoch and returns the final metrics; checkpoints as configured.
     """
-    from dvt_hpo.train.trainer import run as _run
+    from dvt_hpo.train.builtin import run as _run
     from dvt_hpo.trial.context import LocalContext
 
     cfg = load_trainer_config(path, overrides)

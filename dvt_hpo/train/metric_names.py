@@ -1,7 +1,7 @@
 """The metric names the built-in trainer reports, known from its config before any training.
 
 Stdlib only: ``validate`` and ``run`` refuse an objective or constraint naming a metric the
-trainer never reports (:mod:`dvt_hpo.study.known_metrics`), instead of training every trial to
+trainer never reports (:mod:`dvt_hpo.spec.known_metrics`), instead of training every trial to
 the end and failing it.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dvt_hpo.study.known_metrics import KnownMetrics
+from dvt_hpo.spec.known_metrics import KnownMetrics
 
 __all__ = ["LEARNED", "MEASURED", "known_metrics"]
 

@@ -26,7 +26,7 @@ from dvt_hpo.trial.resume_state import ResumeAPI
 from dvt_hpo.wire.control_client import ControlClient
 
 if TYPE_CHECKING:
-    from dvt_hpo.studyfile import BatchSizeSpec
+    from dvt_hpo.spec.model import BatchSizeSpec
 
 CacheStatus = Literal["hit", "miss", "stale", "off"]
 
@@ -137,7 +137,7 @@ def _batch_size_spec(data: Mapping[str, Any]) -> BatchSizeSpec:
     """A ``batch_size`` section given as a plain mapping (by hand, outside a study): its keys
     and types are checked here; the search checks its bounds when it runs."""
     from dvt_hpo.config.schema import from_wire_mapping
-    from dvt_hpo.studyfile import BatchSizeSpec
+    from dvt_hpo.spec.model import BatchSizeSpec
 
     spec: BatchSizeSpec = from_wire_mapping(BatchSizeSpec, data, "batch_size", TypeError)
     return spec

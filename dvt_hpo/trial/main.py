@@ -8,10 +8,10 @@ The order of :func:`main` matters (docs/protocol.md):
 3. connect to the orchestrator (``$DVT_HPO_CONTROL``) and say hello; from here the connection
    is a watchdog that kills this process group when the orchestrator goes away;
 4. read the payload (JSON, never pickle), and under ``trials.per_gpu`` cap the CUDA allocator
-   at the trial's share of its GPU (:mod:`dvt_hpo.trial.gpu_share`) before anything allocates;
+   at the trial's share of its GPU (:mod:`dvt_hpo.devices.gpu_cap`) before anything allocates;
 5. build the context;
 6. import the entry point ``module:function`` and call it with ``(config, ctx)`` (for a
-   ``trainer.command`` payload, :func:`dvt_hpo.command.trainer.run` runs the script as a child in this
+   ``trainer.command`` payload, :func:`dvt_hpo.command.script.run` runs the script as a child in this
    process group);
 7. write ``result.json`` (chief) or ``error-rank{R}.json`` (another rank that failed),
    atomically, and exit with a code from :mod:`dvt_hpo.wire.protocol`.
@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from dvt_hpo.process.lifeline import set_parent_death_signal
+from dvt_hpo.devices.gpu_cap import apply_share
 from dvt_hpo.trial.context import (
     LocalContext,
     TrialContext,
@@ -45,7 +45,7 @@ from dvt_hpo.trial.context import (
     note_stop,
 )
 from dvt_hpo.trial.ending import metrics_of, result_of
-from dvt_hpo.trial.gpu_share import apply_share
+from dvt_hpo.trial.lifeline import set_parent_death_signal
 from dvt_hpo.trial.resume_state import ResumeState
 from dvt_hpo.wire.control_client import ControlClient
 from dvt_hpo.wire.payload import PayloadError, TrialPayload

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.config.paths import get_path, set_path
 from dvt_hpo.exceptions import DvtHpoError, SpecError
+from dvt_hpo.sampling import space
+from dvt_hpo.sampling.constraints import is_feasible
 from dvt_hpo.store.trial_config import absolute_paths, has_path, ran_config
-from dvt_hpo.study import space
-from dvt_hpo.study.constraints import is_feasible
 from dvt_hpo.study.front import Best, no_feasible_message, select_best, violations
 from dvt_hpo.study.messages import fmt_params
 
@@ -61,7 +61,7 @@ def _as_it_ran(spec: StudySpec, config: dict[str, Any], trial: Any) -> None:
     trainer (``dvt-hpo train`` reproduces the trial's value with it): the CPU threads it got
     (``devices.threads``; ``train`` would otherwise take every core), and its objective as the
     checkpoint's monitor, so that ``train``'s summary line shows the value the study kept."""
-    from dvt_hpo.studyfile.model import BUILTIN_ENTRYPOINT
+    from dvt_hpo.spec.model import BUILTIN_ENTRYPOINT
     from dvt_hpo.train.metric_names import LEARNED
 
     if spec.trainer.entrypoint != BUILTIN_ENTRYPOINT:

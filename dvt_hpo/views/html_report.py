@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.exceptions import DvtHpoError
-from dvt_hpo.study.constraints import constraints_of, feasible
+from dvt_hpo.sampling.constraints import constraints_of, feasible
 from dvt_hpo.study.front import no_feasible_message, select_best
 from dvt_hpo.study.outcome import reason_of
 from dvt_hpo.studyfile.objective import describe_objective
@@ -185,8 +185,8 @@ def _best_text(study: optuna.Study, spec: StudySpec) -> str:
 
 def render_report(study: optuna.Study, spec: StudySpec) -> str:
     _require_plotly()
-    from dvt_hpo.store.redact import redact_url
     from dvt_hpo.study.compute_budget import status_line
+    from dvt_hpo.text.redact import redact_url
 
     trials = study.get_trials(deepcopy=False)
     counts: dict[str, int] = {}

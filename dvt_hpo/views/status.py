@@ -232,7 +232,7 @@ def read_status(
     cache ``optuna.load_study`` wraps RDB storages in)."""
     from optuna.trial import TrialState
 
-    from dvt_hpo.store.redact import redact_url
+    from dvt_hpo.text.redact import redact_url
 
     counts = state_counts(storage, study_id)
     not_counted: dict[str, int] = {}

@@ -18,9 +18,9 @@ from typing import Any
 
 from dvt_hpo.atomic import write_json_atomic
 from dvt_hpo.config.schema import from_wire_mapping
-from dvt_hpo.process.devices import Devices
-from dvt_hpo.process.gpu_share import GpuShare
-from dvt_hpo.studyfile import BatchSizeSpec
+from dvt_hpo.devices.gpu_share import GpuShare
+from dvt_hpo.devices.slots import Devices
+from dvt_hpo.spec.model import BatchSizeSpec
 from dvt_hpo.wire.protocol import PROTOCOL_VERSION
 
 
@@ -37,7 +37,7 @@ class TrialLimits:
 
 @dataclass(frozen=True)
 class CommandPayload:
-    """A ``trainer.command`` trial: the script the trial process runs (:mod:`dvt_hpo.command.trainer`)."""
+    """A ``trainer.command`` trial: the script the trial process runs (:mod:`dvt_hpo.command.script`)."""
 
     argv: tuple[str, ...]  # with {placeholders}, rendered by the trial process
     metrics_pattern: str | None = None

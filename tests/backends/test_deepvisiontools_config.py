@@ -22,7 +22,7 @@ from dvt_hpo.backends.deepvisiontools.scoring import (
 )
 from dvt_hpo.config.schema import from_mapping
 from dvt_hpo.exceptions import SpecError
-from dvt_hpo.study.preflight import load_runnable
+from dvt_hpo.run.preflight import load_runnable
 from dvt_hpo.studyfile import load_spec
 from tests.backends.conftest import ENTRYPOINT, EXAMPLE_DIR, REPO_ROOT, SCHEMA
 

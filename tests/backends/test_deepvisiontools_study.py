@@ -19,7 +19,7 @@ import optuna
 import pytest
 import yaml
 
-from dvt_hpo.study.known_metrics import known_for
+from dvt_hpo.spec.known_metrics import known_for
 from dvt_hpo.studyfile import load_spec
 from tests.backends.conftest import ENTRYPOINT, EXAMPLE_DIR, REPO_ROOT, SCHEMA, needs_dvt
 

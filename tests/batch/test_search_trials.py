@@ -355,7 +355,7 @@ def torch_vm_peak() -> int:
     """Bytes of address space a process maps by importing torch and the trainer (what
     RLIMIT_AS counts), measured on this machine: limits are set relative to it."""
     code = (
-        "import torch, dvt_hpo.train.trainer, dvt_hpo.trial.main\n"
+        "import torch, dvt_hpo.train.builtin, dvt_hpo.trial.main\n"
         "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmPeak')][0])"
     )
     done = subprocess.run(

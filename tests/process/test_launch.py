@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from dvt_hpo.process.devices import Slot
+from dvt_hpo.devices.slots import Slot
 from dvt_hpo.process.launch import build_command, free_port, tail_lines, trial_env
 from tests.conftest import toy_study
 
@@ -85,12 +85,40 @@ def test_trial_env() -> None:
 
 
 @pytest.mark.processes
+def _launcher(tmp_path: Path, **kwargs: Any) -> Any:
+    from dvt_hpo.process.launch import Launcher
+
+    return Launcher(
+        launcher="process",
+        nproc_per_node=1,
+        preload=[],
+        base_env={},
+        cwd=tmp_path,
+        log_path=tmp_path / "warm.log",
+        log_limit=None,
+        out=lambda line: None,
+        **kwargs,
+    )
+
+
+def test_warm_starts_are_off_on_macos_and_said_when_the_run_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert _launcher(tmp_path, warm=True).warm
+    assert _launcher(tmp_path, warm=True).notes == []
+    monkeypatch.setattr(sys, "platform", "darwin")
+    launcher = _launcher(tmp_path, warm=True)
+    assert not launcher.warm
+    assert launcher.notes == ["warm starts off on macOS (trials.warm): each trial starts cold"]
+    assert _launcher(tmp_path, warm=False).notes == []  # nothing turned off: nothing said
+
+
 def test_the_process_boundary_never_imports_torch() -> None:
     code = (
         "import sys\n"
         "import dvt_hpo.trial.context, dvt_hpo.process.launch, dvt_hpo.wire.protocol, dvt_hpo.trial.main\n"
-        "import dvt_hpo.wire.control_client, dvt_hpo.wire.payload, dvt_hpo.process.devices\n"
-        "dvt_hpo.process.devices.split_devices('auto', 1)\n"
+        "import dvt_hpo.wire.control_client, dvt_hpo.wire.payload, dvt_hpo.devices.slots\n"
+        "dvt_hpo.devices.slots.split_devices('auto', 1)\n"
         "assert 'torch' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

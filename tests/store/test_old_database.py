@@ -7,6 +7,10 @@ it: ``old-builtin`` (built-in trainer) has 2 COMPLETE trials and trial 2 left RU
 entry point ``dvt_hpo.command:run``) has 2 COMPLETE trials and trial 2 interrupted by Ctrl-C (FAIL
 with its WAITING retry copy). Resuming must finish each budget, rerun the interrupted trial with
 its parameters, and keep the completed trials as they were.
+
+``tests/fixtures/main_layout/main-studies.db`` was made the same way by main at 686e416, the
+layout before issue #30 moved modules between packages: ``main-command`` has 2 COMPLETE trials
+and trial 2 interrupted by Ctrl-C.
 """
 
 from __future__ import annotations
@@ -19,20 +23,20 @@ from pathlib import Path
 import optuna
 import pytest
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "old_layout"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 pytestmark = pytest.mark.processes
 
 
-@pytest.fixture
-def old_studies(tmp_path: Path) -> Path:
+def _copy(tmp_path: Path, layout: str) -> Path:
     folder = tmp_path / "old"
-    shutil.copytree(FIXTURE, folder)
+    shutil.copytree(FIXTURES / layout, folder)
     return folder
 
 
 def _trials(folder: Path, name: str) -> list[optuna.trial.FrozenTrial]:
-    storage = f"sqlite:///{folder / 'old-studies.db'}"
+    (database,) = folder.glob("*.db")
+    storage = f"sqlite:///{database}"
     return optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
 
 
@@ -47,15 +51,17 @@ def _run(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize(
-    ("study_file", "name", "state_before"),
+    ("layout", "study_file", "name", "state_before"),
     [
-        ("builtin.yaml", "old-builtin", "RUNNING"),
-        ("command.yaml", "old-command", "FAIL"),
+        ("old_layout", "builtin.yaml", "old-builtin", "RUNNING"),
+        ("old_layout", "command.yaml", "old-command", "FAIL"),
+        ("main_layout", "command.yaml", "main-command", "FAIL"),
     ],
 )
-def test_a_study_written_by_the_flat_layout_resumes(
-    old_studies: Path, study_file: str, name: str, state_before: str
+def test_a_study_written_by_an_earlier_layout_resumes(
+    tmp_path: Path, layout: str, study_file: str, name: str, state_before: str
 ) -> None:
+    old_studies = _copy(tmp_path, layout)
     before = _trials(old_studies, name)
     assert [t.state.name for t in before[:3]] == ["COMPLETE", "COMPLETE", state_before]
     interrupted = before[2].params

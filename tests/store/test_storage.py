@@ -11,7 +11,6 @@ import optuna
 import pytest
 
 from dvt_hpo.exceptions import SpecError, StorageError, StudyNotFoundError
-from dvt_hpo.store.redact import redact_url
 from dvt_hpo.store.storage import (
     HeartbeatSettings,
     check_storage_driver,
@@ -20,7 +19,8 @@ from dvt_hpo.store.storage import (
     open_storage,
     supports_heartbeat,
 )
-from dvt_hpo.store.urls import resolve_url, sqlite_path, storage_kind
+from dvt_hpo.studyfile.urls import resolve_url, sqlite_path, storage_kind
+from dvt_hpo.text.redact import redact_url
 
 
 @pytest.mark.parametrize(

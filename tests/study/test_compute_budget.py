@@ -10,11 +10,11 @@ from pathlib import Path
 import optuna
 import pytest
 
-from dvt_hpo.process.devices import Slot
+from dvt_hpo.devices.slots import Slot
+from dvt_hpo.spec.model import BudgetSpec
 from dvt_hpo.study import compute_budget
 from dvt_hpo.study.budget import PRIOR_ATTR
 from dvt_hpo.study.compute_budget import UNITS_ATTR, ComputeLedger, Spent
-from dvt_hpo.studyfile.model import BudgetSpec
 from tests.conftest import toy_study
 from tests.study.test_recovery import Orchestrator, load_trials
 

@@ -17,6 +17,7 @@ import pytest
 
 from dvt_hpo.exceptions import StudyStopped
 from dvt_hpo.process.tree import pid_alive, wait_gone
+from dvt_hpo.run.preflight import load_runnable
 from dvt_hpo.store.reader import open_existing_storage
 from dvt_hpo.study.events import (
     BaseObserver,
@@ -27,7 +28,6 @@ from dvt_hpo.study.events import (
     TrialStarted,
 )
 from dvt_hpo.study.loop import StudyRunner
-from dvt_hpo.study.preflight import load_runnable
 from dvt_hpo.study.recovery import retried_trial_number
 from dvt_hpo.studyfile import load_spec
 from dvt_hpo.views.html_report import write_report
@@ -593,8 +593,8 @@ BOOKKEEPING = [
     "dvt_hpo.study.recovery.retried_trial_number",
     "dvt_hpo.study.recovery.Ledger.refresh",
     "dvt_hpo.study.recovery.Ledger.budget",
-    "dvt_hpo.study.space.sample",
-    "dvt_hpo.study.space.apply",
+    "dvt_hpo.sampling.space.sample",
+    "dvt_hpo.sampling.space.apply",
     "dvt_hpo.store.trial_config.store_base",
     "dvt_hpo.study.loop.StudyRunner._record",
     "dvt_hpo.study.loop.StudyRunner.print_summary",
@@ -747,7 +747,7 @@ def test_two_workers_that_opened_the_study_together_sample_different_params(
 ) -> None:
     # The race of the PostgreSQL test above, made certain: both workers open the study (and
     # see the same number of trials) before either asks for one.
-    from dvt_hpo.process import devices
+    from dvt_hpo.devices import slots as devices
 
     doc = toy(unique_name, [{"do": "curve", "values": [0.5]}], trials={"warm": False})
     doc["study"]["n_trials"] = 4

@@ -9,7 +9,8 @@ from typing import Any
 import optuna
 from optuna.distributions import FloatDistribution
 
-from dvt_hpo.study.constraints import CONSTRAINTS_KEY
+from dvt_hpo.sampling.constraints import CONSTRAINTS_KEY
+from dvt_hpo.spec.model import ConstraintSpec, MetricSpec, ObjectiveSpec
 from dvt_hpo.study.events import TrialFinished
 from dvt_hpo.study.front import select_best
 from dvt_hpo.study.messages import (
@@ -21,7 +22,6 @@ from dvt_hpo.study.messages import (
     trial_line,
     waiting_line,
 )
-from dvt_hpo.studyfile.model import ConstraintSpec, MetricSpec, ObjectiveSpec
 
 
 def test_the_objective_shows_its_direction() -> None:
@@ -182,8 +182,8 @@ def test_a_study_that_names_no_sampler_or_pruner_is_told_the_defaults(write_stud
 
 
 def test_named_algorithms_show_the_settings_written() -> None:
+    from dvt_hpo.spec.model import PrunerSpec, SamplerSpec, StudySection
     from dvt_hpo.study.messages import algorithms_text
-    from dvt_hpo.studyfile.model import PrunerSpec, SamplerSpec, StudySection
 
     study = StudySection(
         name="x",

@@ -8,7 +8,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from dvt_hpo.study.mo_pruner import RUNG_ATTR_PREFIX
+from dvt_hpo.sampling.mo_pruner import RUNG_ATTR_PREFIX
 from tests.conftest import toy_study
 from tests.tradeoff_study import run_tradeoff
 

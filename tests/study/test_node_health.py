@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from dvt_hpo.spec.model import TrialsSpec
 from dvt_hpo.study.node_health import (
     CGROUP_OOM_REASON,
     NODE_FAILURES,
@@ -13,7 +14,6 @@ from dvt_hpo.study.node_health import (
     machine_failure,
     machine_retry_limit,
 )
-from dvt_hpo.studyfile.model import TrialsSpec
 
 
 @pytest.mark.parametrize(

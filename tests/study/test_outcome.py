@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from dvt_hpo.spec.model import ConstraintSpec
 from dvt_hpo.study.outcome import Flags, Limits, Objective, Outcome, classify, reduce_history
-from dvt_hpo.studyfile.model import ConstraintSpec
 from dvt_hpo.wire.result import TrialResult
 
 OBJ = Objective("score", "maximize", "best")

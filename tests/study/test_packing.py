@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from dvt_hpo.process.devices import Slot
-from dvt_hpo.process.gpu_share import CONTEXT_RESERVE_BYTES
+from dvt_hpo.devices.gpu_share import CONTEXT_RESERVE_BYTES
+from dvt_hpo.devices.slots import Slot
 from dvt_hpo.study.loop import StudyRunner
 from dvt_hpo.study.trial_run import TrialRun, cache_key
 from dvt_hpo.studyfile import load_spec

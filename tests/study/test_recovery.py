@@ -388,7 +388,7 @@ def test_one_retry_per_failed_attempt_when_two_workers_fail_it(tmp_path: Path) -
 def test_an_interrupted_trial_already_failed_as_stale_is_not_enqueued_twice(
     tmp_path: Path, write_study: Callable[..., Path], unique_name: str
 ) -> None:
-    from dvt_hpo.process.devices import Slot
+    from dvt_hpo.devices.slots import Slot
     from dvt_hpo.store.storage import retry_callback
     from dvt_hpo.study.loop import StudyRunner
     from dvt_hpo.study.outcome import Outcome

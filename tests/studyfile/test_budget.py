@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from dvt_hpo.spec.model import BudgetSpec
 from dvt_hpo.studyfile import load_spec
-from dvt_hpo.studyfile.model import BudgetSpec
 from tests.studyfile.helpers import BASE, bad_file_test, case, study_with
 
 

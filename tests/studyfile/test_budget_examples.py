@@ -3,8 +3,8 @@ studies/warm-start.yaml); the warm start reads the quickstart's study when it ha
 
 from __future__ import annotations
 
+from dvt_hpo.spec.model import BudgetSpec
 from dvt_hpo.studyfile import load_spec
-from dvt_hpo.studyfile.model import BudgetSpec
 from tests.conftest import REPO_ROOT
 
 STUDIES = REPO_ROOT / "studies"

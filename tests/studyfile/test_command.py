@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
-from dvt_hpo.command.trainer import CONFIG_JSON, CONFIG_YAML
+from dvt_hpo.command.script import CONFIG_JSON, CONFIG_YAML
 from dvt_hpo.exceptions import SpecError
-from dvt_hpo.study.preflight import load_runnable
+from dvt_hpo.run.preflight import load_runnable
 from dvt_hpo.studyfile import COMMAND_ENTRYPOINT, StudySpec, load_spec
 from tests.studyfile.helpers import bad_file_test, case
 
@@ -52,9 +52,9 @@ def test_a_command_study_loads_with_the_command_entry_point(write: Callable[...,
 def resolved(spec: StudySpec, params: dict[str, Any], trial_dir: Path, number: int) -> list[str]:
     """The command line trial ``number`` with ``params`` runs: the study's command rendered by
     the trial process's own lookup, on the config the dimensions wrote."""
+    from dvt_hpo.command.script import _lookup
     from dvt_hpo.command.template import render
-    from dvt_hpo.command.trainer import _lookup
-    from dvt_hpo.study.space import apply
+    from dvt_hpo.sampling.space import apply
 
     config = apply(spec.trainer.config, spec.search_space, params)
     names = {dim.name: dim.path for dim in spec.search_space}

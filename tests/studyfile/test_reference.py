@@ -14,7 +14,7 @@ from dvt_hpo.studyfile.reference import markdown, rows, sections, undocumented
 def test_every_field_and_section_is_explained() -> None:
     missing = undocumented()
     assert missing == [], (
-        "give each field its sentence in dvt_hpo/studyfile/model.py, in its own declaration: "
+        "give each field its sentence in dvt_hpo/spec/model.py, in its own declaration: "
         'rule(..., doc="...") or domain(..., doc="...", accepts="what the file writes"):\n'
         + "\n".join(missing)
     )

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from dvt_hpo.spec.model import WarmStartSpec
 from dvt_hpo.studyfile import load_spec, spec_to_dict
-from dvt_hpo.studyfile.model import WarmStartSpec
 from tests.studyfile.helpers import BASE, bad_file_test, case
 
 SPACE = """\

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dvt_hpo.exceptions import SpecError
-from dvt_hpo.study.preflight import load_runnable
+from dvt_hpo.run.preflight import load_runnable
 from dvt_hpo.studyfile import (
     load_spec,
 )

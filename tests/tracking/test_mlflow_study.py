@@ -15,7 +15,7 @@ import pytest
 # mlflow-skinny is in [test]: imported plainly, so that a broken MLflow import fails here.
 from mlflow.tracking import MlflowClient
 
-from dvt_hpo.study.loop import StudyRunner
+from dvt_hpo.run.runner import study_runner
 from dvt_hpo.studyfile import load_spec
 from tests.conftest import REPO_ROOT, toy_study
 
@@ -49,7 +49,7 @@ def test_a_real_study_is_tracked_and_its_resume_reuses_the_parent_run(
     created.enqueue_trial({"fault": False, "x": 0.5})
     created.enqueue_trial({"fault": True, "x": 0.5})
     lines: list[str] = []
-    StudyRunner(spec, out=lines.append).run()
+    study_runner(spec, out=lines.append).run()
 
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name("toys")
@@ -69,7 +69,7 @@ def test_a_real_study_is_tracked_and_its_resume_reuses_the_parent_run(
 
     # Resume with a larger budget: the same parent run, one new child, no duplicates.
     stored.enqueue_trial({"fault": False, "x": 0.25})
-    StudyRunner(load_spec(study_file, ["study.n_trials=4"]), out=lines.append).run()
+    study_runner(load_spec(study_file, ["study.n_trials=4"]), out=lines.append).run()
     runs = client.search_runs([experiment.experiment_id])
     assert [r.info.run_id for r in runs if "mlflow.parentRunId" not in r.data.tags] == [
         parents[0].info.run_id

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_trainer import KEYS, evaluate_checkpoint
+from test_builtin import KEYS, evaluate_checkpoint
 
 pytestmark = pytest.mark.processes  # torchrun with two ranks
 

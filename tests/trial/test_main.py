@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from dvt_hpo.process.devices import Slot
+from dvt_hpo.devices.slots import Slot
 from dvt_hpo.process.launch import build_command, tail_lines, trial_env
 from dvt_hpo.process.tree import TrialProcess, describe_exit, group_members, pid_alive, wait_gone
 from dvt_hpo.studyfile import BatchSizeSpec

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from dvt_hpo.cli import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, main
+from dvt_hpo.sampling.constraints import CONSTRAINTS_KEY
 from dvt_hpo.store.compat import CONSTRAINTS_ATTR, OBJECTIVES_ATTR
-from dvt_hpo.study.constraints import CONSTRAINTS_KEY
 from dvt_hpo.studyfile import load_spec
 from tests.tradeoff_study import TWO_OBJECTIVES, run_tradeoff, tradeoff_doc
 

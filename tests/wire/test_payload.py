@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from dvt_hpo.process.gpu_share import GpuShare
+from dvt_hpo.devices.gpu_share import GpuShare
 from dvt_hpo.studyfile import BatchSizeSpec
 from dvt_hpo.wire.payload import CommandPayload, PayloadError, TrialLimits, TrialPayload
 from dvt_hpo.wire.protocol import PROTOCOL_VERSION

@@ -1,5 +1,5 @@
 """The metric names a deepvisiontools trial reports, known from its config (stdlib only), for
-the check of :mod:`dvt_hpo.study.known_metrics`.
+the check of :mod:`dvt_hpo.spec.known_metrics`.
 
 Ours (:mod:`~dvt_hpo.backends.deepvisiontools.scoring`) are known exactly: ``train_loss``
 always; with a validation set ``loss``, and for ``semantic_mask`` (the only task with a
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dvt_hpo.study.known_metrics import KnownMetrics
+from dvt_hpo.spec.known_metrics import KnownMetrics
 
 __all__ = ["known_metrics"]
 

@@ -1,0 +1,88 @@
+"""Every use of Optuna's private API, in one place (dvt-hpo supports Optuna 4.9 and 5).
+
+Each function reads one private name that no public API replaces, and says why it is needed;
+``tests/optuna_api/test_private.py`` checks each behaviour relied on against the installed
+Optuna, so a release that changes one fails there first. Nothing else in dvt-hpo names an
+underscored attribute or module of Optuna (``tests/test_architecture.py`` keeps it so).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import optuna
+
+
+def trial_id_of(trial: optuna.trial.Trial | optuna.trial.FrozenTrial) -> int:
+    """The storage's id of a trial (``Trial._trial_id``, ``FrozenTrial._trial_id``): every
+    storage call (``get_trial``, ``set_trial_*``, ``record_heartbeat``) takes it, and Optuna
+    exposes it only to its own code."""
+    return trial._trial_id
+
+
+def storage_of(study: optuna.Study) -> optuna.storages.BaseStorage:
+    """The storage a study writes through (``Study._storage``; on RDB storages Optuna's trial
+    cache wraps it): for study-level system attributes, which ``Study`` only reads through a
+    deprecated property, and for writes on a trial by id."""
+    return study._storage
+
+
+def study_id_of(study: optuna.Study) -> int:
+    """The storage's id of a study (``Study._study_id``): what the storage's study calls take."""
+    return study._study_id
+
+
+def uncached(storage: Any) -> Any:
+    """``storage`` without Optuna's per-study trial cache (``_CachedStorage._backend``), which
+    wraps RDB storages and loads every trial on first use: for our own SQL reads and
+    heartbeats. Any other storage is returned as it is."""
+    from optuna.storages._cached_storage import _CachedStorage
+
+    return storage._backend if isinstance(storage, _CachedStorage) else storage
+
+
+def heartbeat_model() -> Any:
+    """The SQLAlchemy model of the trial heartbeats table (``optuna.storages._rdb.models``):
+    Optuna has no public reader of a trial's last heartbeat."""
+    from optuna.storages._rdb import models
+
+    return models.TrialHeartbeatModel
+
+
+def _constraints_key() -> str:
+    """Optuna's attr name (its module moved between releases; the name never changed)."""
+    for module in ("optuna.study._constrained_optimization", "optuna.samplers._base"):
+        try:
+            imported = __import__(module, fromlist=["_CONSTRAINTS_KEY"])
+        except ImportError:  # pragma: no cover - depends on the Optuna release
+            continue
+        key = getattr(imported, "_CONSTRAINTS_KEY", None)
+        if isinstance(key, str):
+            return key
+    return "constraints"  # pragma: no cover
+
+
+# The trial system attribute under which Optuna's constrained samplers store a trial's
+# constraint values (``_CONSTRAINTS_KEY``): dvt-hpo stores them there before the tell.
+CONSTRAINTS_KEY = _constraints_key()
+
+
+def single_objective_only(sampler_class: type) -> bool:
+    """Whether a sampler class refuses a study of several objectives: Optuna's single-objective
+    samplers call its private ``_raise_error_if_multi_objective``; reading the source follows
+    new releases without a list to maintain. Raises ``OSError``/``TypeError`` when the source
+    cannot be read."""
+    return "_raise_error_if_multi_objective" in inspect.getsource(sampler_class)
+
+
+__all__ = [
+    "CONSTRAINTS_KEY",
+    "heartbeat_model",
+    "single_objective_only",
+    "storage_of",
+    "study_id_of",
+    "trial_id_of",
+    "uncached",
+]

@@ -1,0 +1,4 @@
+"""What Optuna is asked: the search space and its sampling (``space``), the sampler and pruner
+factory (``optuna_factory``), the fast exact Wilcoxon pruner (``wilcoxon``), feasibility read
+back for a constrained sampler (``constraints``). Below ``studyfile`` (which checks a study
+file's sampler and pruner against the real classes) and ``store``; orchestrator side only."""

@@ -1,0 +1,4 @@
+"""The typed study: the dataclasses a study file becomes (``model``: ``StudySpec`` and its
+sections, stdlib only) and the metrics a trainer can report (``known_metrics``). Below every
+package that reads a spec, the trial side included (the payload carries ``BatchSizeSpec``);
+:mod:`dvt_hpo.studyfile` reads study.yaml into it."""

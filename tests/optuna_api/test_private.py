@@ -1,0 +1,99 @@
+"""Each behaviour of Optuna's private API that dvt-hpo relies on, on the installed Optuna: a
+release that renames or changes one fails here, not deep inside a study."""
+
+from __future__ import annotations
+
+import datetime
+import inspect
+from pathlib import Path
+
+import optuna
+import pytest
+import sqlalchemy
+
+from dvt_hpo.optuna_api import private
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::optuna.exceptions.ExperimentalWarning",  # heartbeat_interval
+    "ignore:Heartbeat of storage:UserWarning",  # ask() on a storage with heartbeats
+    "ignore:`constraints_func`:FutureWarning",  # deprecated in Optuna 5, still what we use
+)
+
+
+@pytest.fixture
+def rdb_study(tmp_path: Path) -> optuna.Study:
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'o.db'}", heartbeat_interval=60)
+    return optuna.create_study(storage=storage, study_name="private")
+
+
+def test_trial_ids_are_the_storages_for_live_and_frozen_trials(rdb_study: optuna.Study) -> None:
+    rdb_study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
+    live = rdb_study.ask()
+    storage = private.storage_of(rdb_study)
+    for trial in [live, *rdb_study.get_trials(deepcopy=False)]:
+        trial_id = private.trial_id_of(trial)
+        assert isinstance(trial_id, int)
+        assert storage.get_trial(trial_id).number == trial.number
+        assert (
+            storage.get_trial_id_from_study_id_trial_number(
+                private.study_id_of(rdb_study), trial.number
+            )
+            == trial_id
+        )
+
+
+def test_the_study_id_and_storage_are_the_ones_its_name_resolves_to(
+    rdb_study: optuna.Study,
+) -> None:
+    storage = private.storage_of(rdb_study)
+    assert isinstance(storage, optuna.storages.BaseStorage)
+    study_id = private.study_id_of(rdb_study)
+    assert storage.get_study_id_from_name("private") == study_id
+    storage.set_study_system_attr(study_id, "dvt_hpo:x", 7)
+    assert storage.get_study_system_attrs(study_id)["dvt_hpo:x"] == 7
+
+
+def test_uncached_unwraps_the_trial_cache_of_rdb_storages_only(rdb_study: optuna.Study) -> None:
+    cached = private.storage_of(rdb_study)
+    backend = private.uncached(cached)
+    assert backend is not cached  # Optuna wraps RDB storages in its trial cache
+    assert isinstance(backend, optuna.storages.RDBStorage)
+    assert isinstance(backend.engine, sqlalchemy.engine.Engine)
+    memory = optuna.create_study()
+    assert private.uncached(private.storage_of(memory)) is private.storage_of(memory)
+
+
+def test_the_heartbeat_model_holds_each_trials_last_heartbeat(rdb_study: optuna.Study) -> None:
+    trial = rdb_study.ask()
+    storage = private.uncached(private.storage_of(rdb_study))
+    storage.record_heartbeat(private.trial_id_of(trial))
+    model = private.heartbeat_model()
+    query = sqlalchemy.select(model.trial_id, model.heartbeat)
+    with storage.engine.connect() as conn:
+        rows = conn.execute(query).all()
+    assert [row[0] for row in rows] == [private.trial_id_of(trial)]
+    assert isinstance(rows[0][1], datetime.datetime)
+
+
+def test_constrained_samplers_store_constraints_under_the_key() -> None:
+    study = optuna.create_study(
+        sampler=optuna.samplers.NSGAIISampler(constraints_func=lambda t: (0.5, -1.0), seed=0)
+    )
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=1)
+    assert study.trials[0].system_attrs[private.CONSTRAINTS_KEY] == (0.5, -1.0)
+
+
+def test_single_objective_samplers_are_the_ones_that_refuse_two_objectives() -> None:
+    for cls in (optuna.samplers.TPESampler, optuna.samplers.NSGAIISampler):
+        assert not private.single_objective_only(cls)
+        optuna.create_study(directions=["minimize", "maximize"], sampler=cls(seed=0)).optimize(
+            lambda t: (t.suggest_float("x", 0, 1), 0.0), n_trials=1
+        )
+    pytest.importorskip("cmaes")
+    cma = optuna.samplers.CmaEsSampler
+    assert private.single_objective_only(cma)
+    study = optuna.create_study(directions=["minimize", "maximize"], sampler=cma(seed=0))
+    with pytest.raises(ValueError):
+        study.optimize(lambda t: (t.suggest_float("x", 0, 1), 0.0), n_trials=1)
+    assert "_raise_error_if_multi_objective" in inspect.getsource(cma)
