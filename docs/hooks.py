@@ -19,8 +19,14 @@ if str(ROOT) not in sys.path:
 
 GENERATED = {
     "reference/study-yaml.md": ("dvt_hpo.studyfile.reference", "markdown"),
-    "reference/cli.md": ("dvt_hpo.views.cli_reference", "markdown"),
 }
+
+
+def _cli_page() -> str:
+    from dvt_hpo.cli import build_parser
+    from dvt_hpo.views.cli_reference import markdown
+
+    return markdown(build_parser())
 
 
 def on_files(files, config):  # noqa: ANN001, ANN201 - MkDocs' hook signature
@@ -29,4 +35,5 @@ def on_files(files, config):  # noqa: ANN001, ANN201 - MkDocs' hook signature
     for uri, (module, function) in GENERATED.items():
         content = getattr(importlib.import_module(module), function)()
         files.append(File.generated(config, uri, content=content))
+    files.append(File.generated(config, "reference/cli.md", content=_cli_page()))
     return files

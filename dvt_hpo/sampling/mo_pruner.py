@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import optuna
 
+from dvt_hpo.optuna_api.private import storage_of, trial_id_of
 from dvt_hpo.sampling.constraints import constraint_value
 
 if TYPE_CHECKING:
@@ -222,7 +223,7 @@ class MOASHAPruner(optuna.pruners.BasePruner):
             recorded = rung_values(other, rung)
             if recorded is None:
                 continue
-            if other._trial_id == trial._trial_id:
+            if trial_id_of(other) == trial_id_of(trial):
                 index = len(points)
             points.append(np.asarray(recorded[0]) * signs)
             violations.append(recorded[1])
@@ -255,7 +256,7 @@ def report_and_prune(
     rung = pruner.rung_at(int(step))
     if rung is None:
         return False
-    storage = study._storage
+    storage = storage_of(study)
     key = f"{RUNG_ATTR_PREFIX}{rung}"
     stored = storage.get_trial_system_attrs(trial_id).get(key)
     if isinstance(stored, dict) and stored.get("step") != int(step):

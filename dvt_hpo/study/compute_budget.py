@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dvt_hpo.optuna_api.private import trial_id_of
 from dvt_hpo.study.budget import OVER_BUDGET_ATTR, PRIOR_ATTR
 
 if TYPE_CHECKING:
@@ -177,7 +178,7 @@ class ComputeLedger:
         self._unfinished: set[int] = set()
 
     def _add(self, number: int, trial: Any) -> None:
-        self._ids[number] = trial._trial_id
+        self._ids[number] = trial_id_of(trial)
         if trial.state.name in _FINISHED:
             self._unfinished.discard(number)
             c = cost_of(trial)

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.atomic import read_json, write_json_atomic
+from dvt_hpo.optuna_api.private import study_id_of
 from dvt_hpo.study import recovery, space
 from dvt_hpo.wire.payload import ResumePayload
 
@@ -186,7 +187,7 @@ def prepare(run: Any) -> tuple[ResumePlan, str | None]:
     else:
         before = history[-1]
         previous = storage.get_trial(
-            storage.get_trial_id_from_study_id_trial_number(run.study.study._study_id, before)
+            storage.get_trial_id_from_study_id_trial_number(study_id_of(run.study.study), before)
         )
         chain = read_json(path / CHAIN_FILE)
         start = f"trial {run.number} (retry of {before}): starting from epoch 0"

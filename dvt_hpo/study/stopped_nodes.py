@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from dvt_hpo.optuna_api.private import study_id_of
 from dvt_hpo.study.node_health import Finished, broken_node
 
 if TYPE_CHECKING:
@@ -115,7 +116,7 @@ class NodeWatch:
         # Best effort: the worker exits 1 with the message whether or not the database took it.
         with contextlib.suppress(Exception), handle.lock:
             handle.db(
-                lambda: record_stopped(handle.storage, handle.study._study_id, node),
+                lambda: record_stopped(handle.storage, study_id_of(handle.study), node),
                 "recording the stopped worker",
             )
         return node.message

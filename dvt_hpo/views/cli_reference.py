@@ -1,6 +1,7 @@
 """The command-line reference, generated from the parser ``dvt-hpo`` parses with.
 
-:func:`markdown` renders every command of :func:`dvt_hpo.cli.build_parser` with its usage line
+:func:`markdown` renders every command of the parser it is given (:func:`dvt_hpo.cli.build_parser`,
+passed in by the caller: views sit below the CLI) with its usage line
 and each argument's help, at the docs site's build (``docs/hooks.py``), so the page is the
 parser; :func:`unexplained` lists the commands and arguments without a help text, and a test
 fails while it lists anything. The help lives in ``add_argument(..., help="...")``.
@@ -10,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterator
-
-from dvt_hpo.cli import build_parser
 
 __all__ = ["commands", "markdown", "unexplained"]
 
@@ -23,9 +22,11 @@ def _subparsers(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
     raise LookupError("the parser has no commands")
 
 
-def commands() -> Iterator[tuple[str, str | None, argparse.ArgumentParser]]:
+def commands(
+    parser: argparse.ArgumentParser,
+) -> Iterator[tuple[str, str | None, argparse.ArgumentParser]]:
     """``(name, its help, its parser)`` of each command, in the parser's order."""
-    sub = _subparsers(build_parser())
+    sub = _subparsers(parser)
     helps = {a.dest: a.help for a in sub._choices_actions}
     for name, parser in sub.choices.items():
         yield name, helps.get(name), parser
@@ -38,17 +39,16 @@ def _arguments(parser: argparse.ArgumentParser) -> Iterator[argparse.Action]:
         yield action
 
 
-def unexplained() -> list[str]:
+def unexplained(parser: argparse.ArgumentParser) -> list[str]:
     """Each command and argument whose help is missing (``None``, empty or suppressed)."""
     problems = []
-    top = build_parser()
-    for action in _arguments(top):
+    for action in _arguments(parser):
         if not action.help or action.help == argparse.SUPPRESS:
             problems.append(f"dvt-hpo {'/'.join(action.option_strings)}: no help")
-    for name, help_text, parser in commands():
+    for name, help_text, command in commands(parser):
         if not help_text:
             problems.append(f"dvt-hpo {name}: no help")
-        for action in _arguments(parser):
+        for action in _arguments(command):
             if not action.help or action.help == argparse.SUPPRESS:
                 shown = "/".join(action.option_strings) or action.dest
                 problems.append(f"dvt-hpo {name} {shown}: no help")
@@ -82,9 +82,9 @@ def _cell(text: str) -> str:
     return " ".join(text.replace("|", "\\|").split())
 
 
-def markdown() -> str:
+def markdown(parser: argparse.ArgumentParser) -> str:
     """The command-line reference page (Markdown)."""
-    top = build_parser()
+    top = parser
     lines = [
         "# Command-line reference",
         "",
@@ -101,16 +101,12 @@ def markdown() -> str:
     ]
     lines += [f"- {_shown(a)}: {_cell(a.help or '')}" for a in _arguments(top)]
     lines.append("")
-    for name, help_text, parser in commands():
+    for name, help_text, command in commands(top):
         said = _cell(help_text or "")
         lines += [f"## dvt-hpo {name}", "", said[:1].upper() + said[1:] + ".", "", "```text"]
-        lines += [_usage(parser), "```", ""]
+        lines += [_usage(command), "```", ""]
         lines += ["| argument | default | what it does |", "| --- | --- | --- |"]
-        for action in _arguments(parser):
+        for action in _arguments(command):
             lines.append(f"| {_shown(action)} | {_default(action)} | {_cell(action.help or '')} |")
         lines.append("")
     return "\n".join(lines)
-
-
-if __name__ == "__main__":  # pragma: no cover - `python -m dvt_hpo.views.cli_reference`
-    print(markdown())

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.exceptions import DvtHpoError
+from dvt_hpo.optuna_api.private import storage_of, study_id_of
 from dvt_hpo.sampling.constraints import constraints_of, feasible
 from dvt_hpo.study.front import no_feasible_message, select_best
 from dvt_hpo.study.outcome import reason_of
@@ -207,7 +208,7 @@ def render_report(study: optuna.Study, spec: StudySpec) -> str:
         + "</div>",
         f"<p>{html.escape(_best_text(study, spec))}</p>",
     ]
-    budget = status_line(study._storage, study._study_id, spec)
+    budget = status_line(storage_of(study), study_id_of(study), spec)
     if budget is not None:
         parts.append(f'<p class="budget">budget: {html.escape(budget)}</p>')
     js_included = False
