@@ -136,9 +136,9 @@ def replay(sampler: str, pruner: str, task: str, seed: int, budget: int) -> list
     """One study in this process (see the module): its trials in order."""
     import optuna
 
+    from dvt_hpo.sampling import space
     from dvt_hpo.sampling.mo_pruner import report_and_prune
     from dvt_hpo.sampling.optuna_factory import build_pruner
-    from dvt_hpo.study import space
     from dvt_hpo.study.setup import reseeded_sampler
     from dvt_hpo.studyfile import load_spec
 

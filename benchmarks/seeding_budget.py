@@ -94,8 +94,9 @@ def replay(
     """The study of ``spec`` on ``task``, ``seeds`` enqueued first; stops as ``run`` does."""
     import optuna
 
+    from dvt_hpo.sampling import space
     from dvt_hpo.sampling.optuna_factory import build_pruner
-    from dvt_hpo.study import compute_budget, space
+    from dvt_hpo.study import compute_budget
     from dvt_hpo.study.setup import reseeded_sampler
 
     with warnings.catch_warnings():

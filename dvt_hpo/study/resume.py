@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.atomic import read_json, write_json_atomic
 from dvt_hpo.optuna_api.private import study_id_of
-from dvt_hpo.study import recovery, space
+from dvt_hpo.sampling import space
+from dvt_hpo.study import recovery
 from dvt_hpo.wire.payload import ResumePayload
 
 if TYPE_CHECKING:
