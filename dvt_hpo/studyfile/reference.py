@@ -21,21 +21,9 @@ from typing import Any
 
 from dvt_hpo.config.schema import Rule, allowed_text, field_doc
 from dvt_hpo.spec.model import StudySpec
+from dvt_hpo.studyfile.load import SECTIONS
 
 __all__ = ["Row", "markdown", "rows", "sections", "undocumented"]
-
-# The study file's sections in the loader's order (dvt_hpo.studyfile.load.SECTIONS), each the
-# StudySpec field of the same name.
-_SECTIONS = (
-    "study",
-    "objective",
-    "trials",
-    "batch_size",
-    "trainer",
-    "search_space",
-    "tracking",
-    "cluster",
-)
 
 
 @dataclass(frozen=True)
@@ -82,7 +70,7 @@ def sections() -> list[tuple[str, type, bool]]:
     """``(name, dataclass, is_list)`` of each section of a study file."""
     hints = typing.get_type_hints(StudySpec)
     out = []
-    for name in _SECTIONS:
+    for name in SECTIONS:  # the loader's order
         tp = hints[name]
         cls = _nested(tp)
         assert cls is not None, name
