@@ -132,10 +132,10 @@ def _priors(
 ) -> list[optuna.trial.FrozenTrial]:
     import optuna
 
-    from dvt_hpo.sampling.constraints import _constraints_key
+    from dvt_hpo.optuna_api.private import CONSTRAINTS_KEY
 
     out = []
-    key = _constraints_key()
+    key = CONSTRAINTS_KEY
     for trial in trials:
         params, why = fits(spec.search_space, dict(trial.params))
         if why is not None or not params:
