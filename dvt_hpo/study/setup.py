@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from dvt_hpo.exceptions import SpecError
 from dvt_hpo.optuna_api.private import storage_of, study_id_of
 from dvt_hpo.store import compat
-from dvt_hpo.store.lock import retry_lock
+from dvt_hpo.store.lock import LOCK_TIMEOUT_S, retry_lock
 from dvt_hpo.store.queries import count_trials
 from dvt_hpo.store.storage import HeartbeatSettings, create_or_load_study, study_storage
 from dvt_hpo.store.stored_study import StoredStudy
@@ -76,8 +76,11 @@ def open_study(
     study.pruner = build_pruner(spec.study.pruner)
     with contextlib.suppress(Exception):
         study.set_metric_names(list(spec.objective.names))
-    # Once per study, under its lock: its start (study.budget.hours), and its seeds.
-    lock = functools.partial(retry_lock, spec.study.storage, study_id)
+    # Once per study, under its lock: its start (study.budget.hours), and its seeds. A worker
+    # waits for it as long as for the creation lock: on SQLite both are the folder's flock, so
+    # workers started together queue behind each other's creation (8 at once on 2 busy cores
+    # passed the retry lock's 10 s), and unlike a repair this step cannot be left for later.
+    lock = functools.partial(retry_lock, spec.study.storage, study_id, timeout_s=LOCK_TIMEOUT_S)
     mark_started(storage, study_id, lock)
     seed_study(study, storage, study_id, spec, lock, out)
     return study, storage, study_id
