@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from dvt_hpo.study.plateau import plateau_reached
+from dvt_hpo.stopping.plateau import plateau_reached
 
 FRACTIONS = (0.25, 0.5, 1.0)
 WITHIN = 0.01

@@ -18,7 +18,7 @@
 
 Studies are loaded from a study file by dvt-hpo's loader (the default sampler and pruner,
 seeded) and replayed in this process as :mod:`search_replay` does (the same ask, sample,
-report, prune, tell), the stopping rule being :func:`dvt_hpo.study.compute_budget.exhausted`
+report, prune, tell), the stopping rule being :func:`dvt_hpo.budget.compute.exhausted`
 on the epochs reported, checked before each trial as ``dvt-hpo run`` does.
 """
 
@@ -94,9 +94,9 @@ def replay(
     """The study of ``spec`` on ``task``, ``seeds`` enqueued first; stops as ``run`` does."""
     import optuna
 
+    from dvt_hpo.budget import compute as compute_budget
     from dvt_hpo.sampling import space
     from dvt_hpo.sampling.optuna_factory import build_pruner
-    from dvt_hpo.study import compute_budget
     from dvt_hpo.study.setup import reseeded_sampler
 
     with warnings.catch_warnings():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from dvt_hpo.study.events import (
+from dvt_hpo.results.events import (
     StudyEnded,
     StudyStarted,
     TrialFinished,

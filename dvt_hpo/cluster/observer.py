@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from dvt_hpo.cluster.slurm import SlurmJob
-from dvt_hpo.study.events import BaseObserver, TrialStarted
+from dvt_hpo.results.events import BaseObserver, TrialStarted
 
 __all__ = ["SlurmObserver"]
 

@@ -2,7 +2,7 @@
 
 A Slurm job or a Kubernetes pod runs in a memory cgroup of its own; when the job's memory is
 exhausted the kernel kills one of its processes, often a trial's, with SIGKILL. The trial run
-compares the count before and after a trial (:mod:`dvt_hpo.study.node_health` names such a
+compares the count before and after a trial (:mod:`dvt_hpo.recovery.node_health` names such a
 trial a failure of the machine). cgroup v2 keeps the count in ``memory.events``, v1 in
 ``memory.oom_control`` (``oom_kill``, Linux 4.13+); ``None`` where neither can be read.
 """

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import IO, TYPE_CHECKING
 
-from dvt_hpo.study.events import BaseObserver
+from dvt_hpo.results.events import BaseObserver
 from dvt_hpo.views.progress import ProgressObserver
 
 if TYPE_CHECKING:

@@ -239,7 +239,7 @@ def check_runnable(doc: Doc, spec: StudySpec) -> None:
     except SpecError as exc:
         # At the line of the field the rule names (devices, parallel or per_gpu).
         raise doc.place(exc) from None
-    from dvt_hpo.study.compute_budget import check_slots
+    from dvt_hpo.budget.compute import check_slots
 
     check_slots(spec, slots)  # study.budget.gpu_hours where no slot has a GPU
     if entrypoint == BUILTIN_ENTRYPOINT:

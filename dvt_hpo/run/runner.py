@@ -22,7 +22,7 @@ from dvt_hpo.study.loop import StudyRunner
 if TYPE_CHECKING:
     import optuna
 
-    from dvt_hpo.study.events import StudyObserver
+    from dvt_hpo.results.events import StudyObserver
     from dvt_hpo.studyfile import StudySpec
 
 

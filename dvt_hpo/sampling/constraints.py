@@ -1,6 +1,6 @@
 """A trial's constraint values, stored where Optuna's samplers and the dashboard read them.
 
-The study loop stores each COMPLETE or PRUNED trial's values (:mod:`dvt_hpo.study.reduction`) in
+The study loop stores each COMPLETE or PRUNED trial's values (:mod:`dvt_hpo.results.reduction`) in
 the trial system attr Optuna names ``constraints`` BEFORE it tells the trial, whatever the
 sampler: ``Study.best_trial(s)`` and optuna-dashboard then treat the trial as infeasible when
 one value is ``> 0``. Optuna 5's samplers (TPE, NSGA-II/III, GP) read them themselves; under

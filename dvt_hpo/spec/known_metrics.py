@@ -7,7 +7,7 @@ config (latency on or off, the task, ...), so ``validate`` and ``run`` refuse
 epoch and failing it. A searched categorical or bool may change them (``eval.latency.enabled``
 searched): a name any choice reports is accepted. Custom entry points and commands report what
 they like; their first trial that ends without the metric names the ones it did report
-(:mod:`dvt_hpo.study.reduction`).
+(:mod:`dvt_hpo.results.reduction`).
 
 Stdlib only, like the rest of the orchestrator's side.
 """

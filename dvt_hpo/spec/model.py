@@ -65,7 +65,7 @@ class PrunerSpec:
 @dataclass(frozen=True)
 class PlateauSpec:
     """``study.plateau``: stop launching once the last ``trials`` finished trials of a run did
-    not improve the best value by more than ``min_delta`` (:mod:`dvt_hpo.study.plateau`)."""
+    not improve the best value by more than ``min_delta`` (:mod:`dvt_hpo.stopping.plateau`)."""
 
     trials: int = rule(ge=1, doc="The window: this run's last N finished trials.")
     min_delta: float = rule(
@@ -76,7 +76,7 @@ class PlateauSpec:
 @dataclass(frozen=True)
 class BudgetSpec:
     """``study.budget``: limits in compute beside ``n_trials``, whichever comes first, for the
-    whole study across workers and resumes (:mod:`dvt_hpo.study.compute_budget`)."""
+    whole study across workers and resumes (:mod:`dvt_hpo.budget.compute`)."""
 
     gpu_hours: float | None = rule(
         None, gt=0, doc="GPU-hours: each trial's GPUs (or its `per_gpu` share) times its duration."

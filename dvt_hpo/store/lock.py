@@ -22,7 +22,7 @@ lock, so the first creates and the others find everything in place:
   "already exists" and duplicate-key errors a bounded number of times.
 
 :func:`retry_lock` is the same kind of lock, one per study, around enqueuing the copies of
-failed attempts (:func:`dvt_hpo.study.recovery.enqueue_retries`): whoever holds it sees every copy
+failed attempts (:func:`dvt_hpo.recovery.retries.enqueue_retries`): whoever holds it sees every copy
 enqueued before, so a copy is enqueued once however many workers repair at the same instant,
 and a holder killed halfway leaves the lock to the next one.
 """

@@ -125,7 +125,7 @@ class HeartbeatSettings:
     max_retries: int
 
 
-# The mark of an attempt that failed of the machine (dvt_hpo.study.node_health): its kind; and
+# The mark of an attempt that failed of the machine (dvt_hpo.recovery.node_health): its kind; and
 # on a copy, how many attempts of its chain did. Those retries are not the trial's: they are
 # left out of trials.max_retries (node_health.machine_retry_limit caps them).
 MACHINE_ATTR = "dvt_hpo:machine_failure"

@@ -1,4 +1,4 @@
-"""The orchestrator's study: the loop (ask -> launch -> tell), one trial's run, its outcome,
-recovery and retries, stop rules and signals, events and observers, feasibility and the front,
-opening a study for a run, the sampler/pruner factory, the search space, local workers, and the
-preflight checks of `run` and `validate`. Never imports torch."""
+"""The orchestrator's study: the loop (ask -> launch -> tell), one trial's run and the handle it
+gets, opening a study for a run and seeding it, the observers' fan-out, the run's messages, local
+workers, and library warnings in dvt-hpo's voice. Its rules live in the packages below:
+``recovery``, ``stopping``, ``results``, ``budget``. Never imports torch."""

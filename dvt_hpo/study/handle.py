@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from dvt_hpo.batch.cache import StudyCache
 from dvt_hpo.process.launch import Launcher
+from dvt_hpo.results.outcome import TrialOutcome
 from dvt_hpo.study.observers import Observers
-from dvt_hpo.study.outcome import TrialOutcome
 
 if TYPE_CHECKING:
     import optuna
 
+    from dvt_hpo.budget.compute import BudgetWatch
     from dvt_hpo.spec.model import StudySpec
-    from dvt_hpo.study.compute_budget import BudgetWatch
 
 T = TypeVar("T")
 
@@ -40,7 +40,7 @@ class StudyHandle:
         ``lock`` serialises every storage call of this orchestrator (Optuna's storages are not
         thread-safe across trials' threads); ``db`` retries a call through outages; ``finished``
         takes the trial's outcome (the loop's event queue); ``fail_attempt`` records a trial FAIL for a
-    retry, exactly once whoever repairs it (:func:`dvt_hpo.study.recovery.fail_attempt`).
+    retry, exactly once whoever repairs it (:func:`dvt_hpo.recovery.retries.fail_attempt`).
     """
 
     spec: StudySpec

@@ -4,10 +4,10 @@ The CLI builds a :class:`~dvt_hpo.studyfile.StudySpec`; :class:`StudyRunner` sup
 :class:`~dvt_hpo.study.trial_run.TrialRun` owns one trial's process group and control socket. The
 orchestrator never imports torch: trials run in their own processes.
 
-What has no run state lives elsewhere: stopping rules in :mod:`dvt_hpo.study.stop_rules`, printed
+What has no run state lives elsewhere: stopping rules in :mod:`dvt_hpo.stopping.rules`, printed
 wording in :mod:`dvt_hpo.study.messages`, a trial's config in :mod:`dvt_hpo.store.trial_config`,
-recovery and the budget in :mod:`dvt_hpo.study.recovery`, the study's end as an event in
-:mod:`dvt_hpo.study.front`. This module stays one class because every method left shares the
+recovery and the budget in :mod:`dvt_hpo.recovery.retries`, the study's end as an event in
+:mod:`dvt_hpo.results.front`. This module stays one class because every method left shares the
 run's state: the study lock, the running trials, the ledger and the event queue.
 """
 
@@ -24,42 +24,38 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from dvt_hpo.batch.cache import StudyCache
+from dvt_hpo.budget import compute as compute_budget
 from dvt_hpo.devices import slots as device_slots
 from dvt_hpo.exceptions import DvtHpoError, StudyStopped
 from dvt_hpo.optuna_api.private import trial_id_of
 from dvt_hpo.process import launch
 from dvt_hpo.process.import_path import child_pythonpath
-from dvt_hpo.sampling import space
-from dvt_hpo.store import lock as storage_lock
-from dvt_hpo.store import trial_config
-from dvt_hpo.store.errors import OutageRetry
-from dvt_hpo.study import (
-    compute_budget,
-    kill_points,
-    plateau,
-    recovery,
-    resume,
-    stop_rules,
-    stopped_nodes,
-)
-from dvt_hpo.study import messages as run_messages
-from dvt_hpo.study.events import (
+from dvt_hpo.recovery import kill_points, resume, stopped_nodes
+from dvt_hpo.recovery import retries as recovery
+from dvt_hpo.results.events import (
     StudyEnded,
     StudyObserver,
     StudyStarted,
     TrialStarted,
 )
-from dvt_hpo.study.front import study_ended
+from dvt_hpo.results.front import study_ended
+from dvt_hpo.results.outcome import TrialOutcome
+from dvt_hpo.sampling import space
+from dvt_hpo.stopping import plateau
+from dvt_hpo.stopping import rules as stop_rules
+from dvt_hpo.stopping.signals import StopSignals
+from dvt_hpo.store import lock as storage_lock
+from dvt_hpo.store import trial_config
+from dvt_hpo.store.errors import OutageRetry
+from dvt_hpo.study import messages as run_messages
 from dvt_hpo.study.handle import StudyHandle
 from dvt_hpo.study.observers import ObserverFactory, Observers
-from dvt_hpo.study.outcome import TrialOutcome
 from dvt_hpo.study.setup import (
     check_runs_dir,
     open_study,
     reseeded_sampler,
     study_settings,
 )
-from dvt_hpo.study.stop_signals import StopSignals
 from dvt_hpo.study.trial_run import TrialRun, tell
 from dvt_hpo.studyfile import BUILTIN_ENTRYPOINT
 from dvt_hpo.text.redact import redact_url
@@ -484,7 +480,7 @@ class StudyRunner:
                 self.study.sampler = reseeded_sampler(self.spec, trial.number)
             self.storage.set_trial_system_attr(trial_id, trial_config.TRIAL_ATTR, self.config_key)
             # Until its first heartbeat only its start time tells other workers it is alive
-            # (dvt_hpo.study.stale): record one at once.
+            # (dvt_hpo.recovery.stale): record one at once.
             recovery.record_heartbeat(self.storage, trial_id)
             kill_points.reached("start:heartbeat")
             retried = recovery.retried_trial_number(self.storage.get_trial(trial_id))

@@ -19,9 +19,9 @@ from dvt_hpo.text.redact import redact_url
 if TYPE_CHECKING:
     import optuna
 
+    from dvt_hpo.results.events import TrialFinished
+    from dvt_hpo.results.front import Best
     from dvt_hpo.spec.model import StudySection, StudySpec
-    from dvt_hpo.study.events import TrialFinished
-    from dvt_hpo.study.front import Best
     from dvt_hpo.studyfile import ObjectiveSpec
 
 
@@ -242,7 +242,7 @@ def trial_line(event: TrialFinished, metric: str | Sequence[str]) -> str:
 
 def run_summary(spec: StudySpec, trials: Sequence[optuna.trial.FrozenTrial]) -> list[str]:
     """:func:`summary_lines` of a run of ``spec``."""
-    from dvt_hpo.study.front import select_best
+    from dvt_hpo.results.front import select_best
 
     return summary_lines(
         trials,
@@ -267,15 +267,15 @@ def summary_lines(
 ) -> list[str]:
     """The run's closing lines: trials by state, how to rerun failed ones, the best feasible
     trial (one objective) or the feasible Pareto front (several), or that none is feasible."""
-    from dvt_hpo.study import recovery
-    from dvt_hpo.study.front import Best, no_feasible_message
+    from dvt_hpo.recovery import retries
+    from dvt_hpo.results.front import Best, no_feasible_message
 
     counts: dict[str, int] = {}
-    counted = recovery.counted_numbers(list(trials))
+    counted = retries.counted_numbers(list(trials))
     for t in trials:
-        if t.system_attrs.get(recovery.OVER_BUDGET_ATTR):
+        if t.system_attrs.get(retries.OVER_BUDGET_ATTR):
             state = "over budget (not counted)"
-        elif t.system_attrs.get(recovery.PRIOR_ATTR):
+        elif t.system_attrs.get(retries.PRIOR_ATTR):
             state = "copied from an earlier study (not counted)"
         elif t.number not in counted:
             state = "failed and retried"
@@ -284,7 +284,7 @@ def summary_lines(
         counts[state] = counts.get(state, 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     lines = [f"trials: {summary or 'none'}"]
-    failed = recovery.failed_not_retried(list(trials))
+    failed = retries.failed_not_retried(list(trials))
     if failed:
         lines.append(retry_hint(failed, study_file, overrides))
     names = _names(metric)

@@ -5,7 +5,7 @@ and the shape of the factory that builds those a study file asks for.
 goes on. Which observers a study file asks for (progress, MLflow, Slurm ids) is decided above
 the loop, by :func:`dvt_hpo.run.observers.study_observers`, which the CLI and
 :func:`dvt_hpo.run_study` hand the loop as its :class:`ObserverFactory`. The events are defined
-in :mod:`dvt_hpo.study.events`.
+in :mod:`dvt_hpo.results.events`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from dvt_hpo.study.events import (
+from dvt_hpo.results.events import (
     BaseObserver,
     StudyEnded,
     StudyObserver,

@@ -15,7 +15,7 @@ its place: a clipped value would be a config nobody measured. A dimension the ea
 not have is drawn by the sampler, as for a partial ``enqueue`` entry. ``copy_results`` adds its
 COMPLETE trials that fit the space (values, params, constraints; not their curves, so the
 pruner judges this study's trials by this study's) as prior knowledge for the sampler, marked
-:data:`~dvt_hpo.study.budget.PRIOR_ATTR` so that no budget counts them; only when the objective
+:data:`~dvt_hpo.budget.trials.PRIOR_ATTR` so that no budget counts them; only when the objective
 is the same (metric, direction, reduction, constraints): values of another quantity would
 mislead the sampler, so it is refused.
 """
@@ -26,8 +26,8 @@ import contextlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from dvt_hpo.budget.trials import PRIOR_ATTR
 from dvt_hpo.exceptions import SpecError
-from dvt_hpo.study.budget import PRIOR_ATTR
 from dvt_hpo.studyfile.seeding import misfit
 from dvt_hpo.text.redact import redact_url
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dvt_hpo.budget.compute import mark_started
 from dvt_hpo.exceptions import SpecError
 from dvt_hpo.optuna_api.private import storage_of, study_id_of
 from dvt_hpo.store import compat
@@ -19,7 +20,6 @@ from dvt_hpo.store.lock import LOCK_TIMEOUT_S, retry_lock
 from dvt_hpo.store.queries import count_trials
 from dvt_hpo.store.storage import HeartbeatSettings, create_or_load_study, study_storage
 from dvt_hpo.store.stored_study import StoredStudy
-from dvt_hpo.study.compute_budget import mark_started
 from dvt_hpo.study.seeding import seed_study
 from dvt_hpo.text.redact import redact_url
 

@@ -1,9 +1,9 @@
 """One trial's run: payload, process group, control socket, reports, and what Optuna records.
 
-A :class:`TrialRun` moves through :class:`~dvt_hpo.study.outcome.Phase` in order on a thread of
+A :class:`TrialRun` moves through :class:`~dvt_hpo.results.outcome.Phase` in order on a thread of
 its own; the control server calls its handler methods on the server's threads, so everything
 they share with the study loop goes through the loop's study lock. What happened is decided by
-the pure :func:`~dvt_hpo.study.outcome.classify`; this module only gathers its inputs and records
+the pure :func:`~dvt_hpo.results.outcome.classify`; this module only gathers its inputs and records
 its answer.
 """
 
@@ -26,10 +26,9 @@ from dvt_hpo.devices.slots import Slot
 from dvt_hpo.optuna_api.private import storage_of, trial_id_of
 from dvt_hpo.process import cgroup, launch
 from dvt_hpo.process.tree import TrialProcess, describe_exit
-from dvt_hpo.sampling.constraints import store_constraints
-from dvt_hpo.study import kill_points, node_health, recovery, resume
-from dvt_hpo.study.events import TrialReported
-from dvt_hpo.study.outcome import (
+from dvt_hpo.recovery import kill_points, node_health, resume, retries
+from dvt_hpo.results.events import TrialReported
+from dvt_hpo.results.outcome import (
     Flags,
     Limits,
     Objective,
@@ -38,6 +37,7 @@ from dvt_hpo.study.outcome import (
     TrialOutcome,
     classify,
 )
+from dvt_hpo.sampling.constraints import store_constraints
 from dvt_hpo.wire.control_server import ControlServer
 from dvt_hpo.wire.payload import CommandPayload, TrialLimits, TrialPayload
 from dvt_hpo.wire.protocol import ENV_LAUNCHED, Hello
@@ -287,7 +287,7 @@ class TrialRun:
                 # until its heartbeat goes stale and is retried as if its orchestrator died).
                 with contextlib.suppress(Exception), self.study.lock:
                     self.study.storage.set_trial_state_values(
-                        self.trial_id, recovery.trial_state("FAIL")
+                        self.trial_id, retries.trial_state("FAIL")
                     )
         self.phase = Phase.FINISHED
         self.study.finished(outcome)
@@ -484,7 +484,7 @@ class TrialRun:
                         tell(
                             study,
                             self.trial,
-                            state=recovery.trial_state("PRUNED"),
+                            state=retries.trial_state("PRUNED"),
                             skip_if_finished=True,
                         ).value
                     ),
@@ -493,7 +493,7 @@ class TrialRun:
             elif outcome.retry or machine_retry:
                 if machine_retry and machine is not None:
                     self.study.db(
-                        lambda: recovery.mark_machine_failure(
+                        lambda: retries.mark_machine_failure(
                             self.study.storage, self.trial_id, machine
                         ),
                         "recording",
@@ -502,7 +502,7 @@ class TrialRun:
             else:
                 self.study.db(
                     lambda: tell(
-                        study, self.trial, state=recovery.trial_state("FAIL"), skip_if_finished=True
+                        study, self.trial, state=retries.trial_state("FAIL"), skip_if_finished=True
                     ),
                     "recording",
                 )
@@ -543,7 +543,7 @@ class TrialRun:
         return dataclasses.replace(outcome, reason=reason)
 
     def _machine_failure(self, outcome: Outcome) -> tuple[str | None, bool]:
-        """The kind of machine error a FAIL met (:mod:`dvt_hpo.study.node_health`), and whether
+        """The kind of machine error a FAIL met (:mod:`dvt_hpo.recovery.node_health`), and whether
         its attempt is retried for it (within the machine limit of its chain)."""
         node_failures = self.spec.trials.node_failures
         if outcome.state != "FAIL" or outcome.retry or not node_failures:
@@ -555,9 +555,7 @@ class TrialRun:
             trial = self.study.db(
                 lambda: self.study.storage.get_trial(self.trial_id), "reading the trial"
             )
-        return kind, recovery.machine_retries(trial) < node_health.machine_retry_limit(
-            node_failures
-        )
+        return kind, retries.machine_retries(trial) < node_health.machine_retry_limit(node_failures)
 
     def _apply_keep_logs(self, state: str) -> None:
         """``trials.keep_logs``: a finished trial's folder is removed unless the rule keeps it

@@ -4,7 +4,7 @@
 plain values are checked by the schema engine (:class:`~dvt_hpo.spec.model.BudgetSpec`);
 this module adds what depends on other sections: a budget in GPU-hours on a study whose trials
 run on the CPU would never be spent, so it is refused here, naming ``cpu_hours`` instead.
-How the budget is spent and shared is :mod:`dvt_hpo.study.compute_budget`.
+How the budget is spent and shared is :mod:`dvt_hpo.budget.compute`.
 """
 
 from __future__ import annotations

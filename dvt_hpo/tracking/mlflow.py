@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.exceptions import DvtHpoError
 from dvt_hpo.optuna_api.private import storage_of
-from dvt_hpo.study.events import (
+from dvt_hpo.results.events import (
     BaseObserver,
     StudyEnded,
     StudyStarted,
@@ -333,7 +333,7 @@ class MlflowObserver(BaseObserver):
             return None
         from optuna.trial import TrialState
 
-        from dvt_hpo.study.front import select_best
+        from dvt_hpo.results.front import select_best
 
         complete = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         chosen = select_best(complete, [self._direction])

@@ -1,6 +1,6 @@
 """``trials.resume`` inside the trial process: save and load the latest resume state.
 
-The orchestrator (:mod:`dvt_hpo.study.resume`) hands the trial a folder of its attempt chain
+The orchestrator (:mod:`dvt_hpo.recovery.resume`) hands the trial a folder of its attempt chain
 and a fingerprint of its params, trainer config and search space (payload ``resume``). An
 entry point reaches it through ``ctx`` (:class:`ResumeAPI`, docs/protocol.md):
 

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.config.paths import get_path, set_path
 from dvt_hpo.exceptions import DvtHpoError, SpecError
+from dvt_hpo.results.front import Best, no_feasible_message, select_best, violations
 from dvt_hpo.sampling import space
 from dvt_hpo.sampling.constraints import is_feasible
 from dvt_hpo.store.trial_config import absolute_paths, has_path, ran_config
-from dvt_hpo.study.front import Best, no_feasible_message, select_best, violations
 from dvt_hpo.study.messages import fmt_params
 
 if TYPE_CHECKING:

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.exceptions import DvtHpoError
 from dvt_hpo.optuna_api.private import storage_of, study_id_of
+from dvt_hpo.results.front import no_feasible_message, select_best
+from dvt_hpo.results.outcome import reason_of
 from dvt_hpo.sampling.constraints import constraints_of, feasible
-from dvt_hpo.study.front import no_feasible_message, select_best
-from dvt_hpo.study.outcome import reason_of
 from dvt_hpo.studyfile.objective import describe_objective
 
 if TYPE_CHECKING:
@@ -186,7 +186,7 @@ def _best_text(study: optuna.Study, spec: StudySpec) -> str:
 
 def render_report(study: optuna.Study, spec: StudySpec) -> str:
     _require_plotly()
-    from dvt_hpo.study.compute_budget import status_line
+    from dvt_hpo.budget.compute import status_line
     from dvt_hpo.text.redact import redact_url
 
     trials = study.get_trials(deepcopy=False)

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
 
-from dvt_hpo.study.events import (
+from dvt_hpo.results.events import (
     BaseObserver,
     StudyEnded,
     StudyStarted,

@@ -5,7 +5,7 @@ Cheap on large studies (``benchmarks/status_speed.py``): on RDB storages the cou
 ``get_best_trial`` query, and only RUNNING trials and those few failures are loaded as objects.
 Optuna's ``get_n_trials`` and ``load_study``'s trial cache would load every trial. Studies
 with several objectives or with constraints load their COMPLETE trials once: a Pareto front and
-feasibility need every value (:mod:`dvt_hpo.study.front`), which no single query gives.
+feasibility need every value (:mod:`dvt_hpo.results.front`), which no single query gives.
 """
 
 from __future__ import annotations
@@ -18,19 +18,19 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from dvt_hpo.config.units import format_bytes
-from dvt_hpo.store.queries import engine_of, state_counts
-from dvt_hpo.study.budget import (
+from dvt_hpo.budget.compute import status_line
+from dvt_hpo.budget.trials import (
     OVER_BUDGET_ATTR,
     PRIOR_ATTR,
     RETRY_HISTORY_ATTR,
     Attempt,
     uncounted_attempts,
 )
-from dvt_hpo.study.compute_budget import status_line
-from dvt_hpo.study.front import no_feasible_message, select_best
+from dvt_hpo.config.units import format_bytes
+from dvt_hpo.results.front import no_feasible_message, select_best
+from dvt_hpo.results.outcome import reason_of
+from dvt_hpo.store.queries import engine_of, state_counts
 from dvt_hpo.study.messages import fmt_params
-from dvt_hpo.study.outcome import reason_of
 
 if TYPE_CHECKING:
     import optuna
@@ -87,9 +87,9 @@ class StudyStatus:
     front: list[BestTrial] = field(default_factory=list)  # several objectives: feasible front
     no_feasible: str | None = None  # why there is no best although trials completed
     pruned: list[FailedTrial] = field(default_factory=list)  # the last pruned, newest first
-    # Finished trials that do not count towards n_trials (dvt_hpo.study.budget), by why.
+    # Finished trials that do not count towards n_trials (dvt_hpo.budget.trials), by why.
     not_counted: dict[str, int] = field(default_factory=dict)
-    budget: str | None = None  # study.budget spent / total (dvt_hpo.study.compute_budget)
+    budget: str | None = None  # study.budget spent / total (dvt_hpo.budget.compute)
 
     @property
     def finished(self) -> int:
@@ -133,7 +133,7 @@ def _number(value: Any) -> float | None:
 
 
 def _uncounted(storage: Any, study_id: int) -> dict[int, str]:
-    """The trials that do not count towards ``n_trials``, by :mod:`dvt_hpo.study.budget`'s rule.
+    """The trials that do not count towards ``n_trials``, by :mod:`dvt_hpo.budget.trials`'s rule.
     On RDB storages two small queries: the trials carrying a retry history or the over-budget
     mark (few), and the numbers of the FAIL trials."""
     from optuna.trial import TrialState
@@ -322,7 +322,7 @@ def _resume_bytes(folder: Any) -> int | None:
     machine when the runs folder is shared (the rule on a cluster), else nothing."""
     if not isinstance(folder, str) or not os.path.isdir(folder):
         return None
-    from dvt_hpo.study.resume import dir_bytes
+    from dvt_hpo.recovery.resume import dir_bytes
 
     return dir_bytes(folder)
 
@@ -410,8 +410,8 @@ def format_status(status: StudyStatus) -> str:
 
 def show_status(spec: StudySpec, *, as_json: bool = False) -> str:
     from dvt_hpo.cluster.jobs import format_workers, study_workers
+    from dvt_hpo.recovery.stopped_nodes import format_stopped, stopped_nodes
     from dvt_hpo.store.reader import open_existing_storage
-    from dvt_hpo.study.stopped_nodes import format_stopped, stopped_nodes
 
     storage, study_id = open_existing_storage(spec)
     status = read_status(storage, study_id, spec)
@@ -421,7 +421,7 @@ def show_status(spec: StudySpec, *, as_json: bool = False) -> str:
         if r.worker:
             by_worker.setdefault(r.worker, []).append(r.number)
     workers = study_workers(storage, study_id, by_worker)
-    # Workers that stopped themselves on a broken node (dvt_hpo.study.node_health).
+    # Workers that stopped themselves on a broken node (dvt_hpo.recovery.node_health).
     stopped = stopped_nodes(storage, study_id)
     if as_json:
         data = json.loads(status.to_json())

@@ -3,7 +3,7 @@
 The chief rank writes ``result.json``; another rank that failed writes ``error-rank{R}.json``
 (docs/protocol.md). Written by the trial process (:mod:`dvt_hpo.trial.ending` makes it, one pure
 function), read by the orchestrator (:mod:`dvt_hpo.study.trial_run`), whose outcome rules
-(:mod:`dvt_hpo.study.outcome`) read typed fields instead of probing a dict. Stdlib only.
+(:mod:`dvt_hpo.results.outcome`) read typed fields instead of probing a dict. Stdlib only.
 """
 
 from __future__ import annotations

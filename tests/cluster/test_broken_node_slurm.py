@@ -9,7 +9,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from dvt_hpo.study import recovery
+from dvt_hpo.recovery import retries
 from tests.cluster.conftest import cluster_study, dvt, submit, wait_job_done, write_yaml
 from tests.entrypoints.broken_node import BROKEN_ENV, BROKEN_TASK_ENV
 
@@ -45,12 +45,12 @@ def test_the_broken_array_task_ends_failed_and_the_study_completes(
     )
     complete = [t for t in trials if t.state.name == "COMPLETE"]
     failed = [t for t in trials if t.state.name == "FAIL"]
-    assert len(complete) == 10 and len(recovery.counted_numbers(trials)) == 10
+    assert len(complete) == 10 and len(retries.counted_numbers(trials)) == 10
     assert len(failed) >= 3
     for t in failed:
         assert t.user_attrs["slurm_worker"] == f"{job}_1"
         assert t.user_attrs["machine_failure"] == "CUDA launch failure"
-        (copy,) = [c for c in complete if t.number in recovery.retry_history(c)]
+        (copy,) = [c for c in complete if t.number in retries.retry_history(c)]
         assert copy.params == t.params and copy.user_attrs["slurm_worker"] == f"{job}_0"
     status = dvt("status", str(path), cwd=tmp_path)
     assert status.returncode == 0, status.stderr

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dvt_hpo.process import tree as process_tree
-from tests.study.test_recovery import (
+from tests.recovery.test_retries import (
     EVENT_TIMEOUT_S,
     Orchestrator,
     fifo_study,

@@ -17,7 +17,7 @@ from typing import Any
 import optuna
 import pytest
 
-from dvt_hpo.study.recovery import retried_trial_number
+from dvt_hpo.recovery.retries import retried_trial_number
 from tests.cluster.conftest import (
     cluster_study,
     scontrol_job,

@@ -1,4 +1,4 @@
-"""Entry points for the ``trials.resume`` tests (tests/study/test_resume.py).
+"""Entry points for the ``trials.resume`` tests (tests/recovery/test_resume.py).
 
 ``train``: the built-in trainer (``dvt_hpo.train:run``), through a ctx that holds the first
 attempt after it saved the state of step ``$DVT_TEST_HOLD_AT``: it writes

@@ -17,9 +17,8 @@ import pytest
 
 from dvt_hpo.exceptions import StudyStopped
 from dvt_hpo.process.tree import pid_alive, wait_gone
-from dvt_hpo.run.preflight import load_runnable
-from dvt_hpo.store.reader import open_existing_storage
-from dvt_hpo.study.events import (
+from dvt_hpo.recovery.retries import retried_trial_number
+from dvt_hpo.results.events import (
     BaseObserver,
     StudyEnded,
     StudyStarted,
@@ -27,8 +26,9 @@ from dvt_hpo.study.events import (
     TrialReported,
     TrialStarted,
 )
+from dvt_hpo.run.preflight import load_runnable
+from dvt_hpo.store.reader import open_existing_storage
 from dvt_hpo.study.loop import StudyRunner
-from dvt_hpo.study.recovery import retried_trial_number
 from dvt_hpo.studyfile import load_spec
 from dvt_hpo.views.html_report import write_report
 from dvt_hpo.views.status import format_status, read_status
@@ -586,13 +586,13 @@ BOOKKEEPING = [
     "dvt_hpo.study.trial_run.TrialRun.start",
     "dvt_hpo.study.trial_run.TrialRun.on_report",
     "dvt_hpo.process.launch.Launcher.start",
-    "dvt_hpo.study.recovery.record_heartbeat",
-    "dvt_hpo.study.recovery.reconcile",
-    "dvt_hpo.study.recovery.enqueue_retries",
-    "dvt_hpo.study.stale.stale_trials",
-    "dvt_hpo.study.recovery.retried_trial_number",
-    "dvt_hpo.study.recovery.Ledger.refresh",
-    "dvt_hpo.study.recovery.Ledger.budget",
+    "dvt_hpo.recovery.retries.record_heartbeat",
+    "dvt_hpo.recovery.retries.reconcile",
+    "dvt_hpo.recovery.retries.enqueue_retries",
+    "dvt_hpo.recovery.stale.stale_trials",
+    "dvt_hpo.recovery.retries.retried_trial_number",
+    "dvt_hpo.recovery.retries.Ledger.refresh",
+    "dvt_hpo.recovery.retries.Ledger.budget",
     "dvt_hpo.sampling.space.sample",
     "dvt_hpo.sampling.space.apply",
     "dvt_hpo.store.trial_config.store_base",
@@ -721,8 +721,8 @@ def test_a_resumed_run_says_which_trials_it_waits_for_and_how_long(
     path = write_study(doc)
     spec = load_spec(path)
     # An orchestrator that asked trial 0, beat once and died (kill -9).
+    from dvt_hpo.recovery.retries import record_heartbeat
     from dvt_hpo.store.storage import HeartbeatSettings, open_storage
-    from dvt_hpo.study.recovery import record_heartbeat
 
     storage = open_storage(spec.study.storage, HeartbeatSettings(1, 3, 1))
     dead = optuna.create_study(storage=storage, study_name=unique_name, direction="maximize")

@@ -9,10 +9,10 @@ from typing import Any
 import optuna
 from optuna.distributions import FloatDistribution
 
+from dvt_hpo.results.events import TrialFinished
+from dvt_hpo.results.front import select_best
 from dvt_hpo.sampling.constraints import CONSTRAINTS_KEY
 from dvt_hpo.spec.model import ConstraintSpec, MetricSpec, ObjectiveSpec
-from dvt_hpo.study.events import TrialFinished
-from dvt_hpo.study.front import select_best
 from dvt_hpo.study.messages import (
     dashboard_hint,
     follow_up,

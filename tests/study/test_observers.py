@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dvt_hpo.study.events import BaseObserver, TrialStarted
+from dvt_hpo.results.events import BaseObserver, TrialStarted
 from dvt_hpo.study.observers import Observers
 
 

@@ -9,14 +9,14 @@ from pathlib import Path
 import optuna
 import pytest
 
+from dvt_hpo.budget.trials import PRIOR_ATTR
 from dvt_hpo.exceptions import SpecError
 from dvt_hpo.store import compat
 from dvt_hpo.study import seeding
-from dvt_hpo.study.budget import PRIOR_ATTR
 from dvt_hpo.study.loop import StudyRunner
 from dvt_hpo.studyfile import load_spec
 from tests.conftest import toy_study
-from tests.study.test_recovery import Orchestrator, load_trials
+from tests.recovery.test_retries import Orchestrator, load_trials
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 X = optuna.distributions.FloatDistribution(0.0, 1.0)

@@ -16,7 +16,7 @@ import pytest
 # mlflow-skinny is in [test]: imported plainly, so that a broken MLflow import fails here.
 from mlflow.tracking import MlflowClient
 
-from dvt_hpo.study.events import (
+from dvt_hpo.results.events import (
     StudyEnded,
     StudyStarted,
     TrialFinished,

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from dvt_hpo.study.events import StudyStarted, TrialFinished, TrialReported, TrialStarted
+from dvt_hpo.results.events import StudyStarted, TrialFinished, TrialReported, TrialStarted
 from dvt_hpo.study.messages import trial_line
 from dvt_hpo.views.progress import ProgressObserver
 from tests.conftest import REPO_ROOT

@@ -21,8 +21,7 @@ import pytest
 from dvt_hpo.process import tree as process_tree
 from dvt_hpo.store.storage import open_existing
 from tests.conftest import REPO_ROOT, toy_study
-from tests.store.suite.gated import run_gated
-from tests.study.test_recovery import (  # noqa: F401 - fixtures
+from tests.recovery.test_retries import (  # noqa: F401 - fixtures
     EVENT_TIMEOUT_S,
     Orchestrator,
     fifo_study,
@@ -31,6 +30,7 @@ from tests.study.test_recovery import (  # noqa: F401 - fixtures
     runs_dir,
     wait_trial_running,
 )
+from tests.store.suite.gated import run_gated
 
 pytestmark = pytest.mark.processes
 

@@ -6,14 +6,14 @@ from dataclasses import dataclass
 
 import pytest
 
-from dvt_hpo.spec.model import TrialsSpec
-from dvt_hpo.study.node_health import (
+from dvt_hpo.recovery.node_health import (
     CGROUP_OOM_REASON,
     NODE_FAILURES,
     broken_node,
     machine_failure,
     machine_retry_limit,
 )
+from dvt_hpo.spec.model import TrialsSpec
 
 
 @pytest.mark.parametrize(

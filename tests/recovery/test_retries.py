@@ -23,10 +23,10 @@ import optuna
 import pytest
 
 from dvt_hpo.process import tree as process_tree
-from dvt_hpo.study import recovery
+from dvt_hpo.recovery import retries
 from dvt_hpo.studyfile import load_spec
 from tests.conftest import REPO_ROOT, TOY_ENTRYPOINT, toy_study
-from tests.study.test_stale import beat_ago, started_ago
+from tests.recovery.test_stale import beat_ago, started_ago
 
 # Every wait on the orchestrator or a trial is bounded by this (a hang fails, never blocks).
 EVENT_TIMEOUT_S = 30.0
@@ -377,11 +377,11 @@ def test_one_retry_per_failed_attempt_when_two_workers_fail_it(tmp_path: Path) -
     trial = study.ask()
     trial.suggest_float("x", 0.0, 1.0)
     # Worker B finds the trial stale and fails it; worker A's interrupted run records it too.
-    assert recovery.fail_attempt(study, storage, trial._trial_id, retry=True, max_retries=3)
-    assert not recovery.fail_attempt(study, storage, trial._trial_id, retry=True, max_retries=3)
+    assert retries.fail_attempt(study, storage, trial._trial_id, retry=True, max_retries=3)
+    assert not retries.fail_attempt(study, storage, trial._trial_id, retry=True, max_retries=3)
     copies = _waiting(study)
     assert len(copies) == 1 and copies[0].params == trial.params
-    assert recovery.retried_trial_number(copies[0]) == trial.number
+    assert retries.retried_trial_number(copies[0]) == trial.number
 
 
 @pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
@@ -389,9 +389,9 @@ def test_an_interrupted_trial_already_failed_as_stale_is_not_enqueued_twice(
     tmp_path: Path, write_study: Callable[..., Path], unique_name: str
 ) -> None:
     from dvt_hpo.devices.slots import Slot
+    from dvt_hpo.results.outcome import Outcome
     from dvt_hpo.store.storage import retry_callback
     from dvt_hpo.study.loop import StudyRunner
-    from dvt_hpo.study.outcome import Outcome
     from dvt_hpo.study.trial_run import TrialRun
 
     spec = load_spec(write_study(toy_study(unique_name, trials={"max_retries": 2})))
@@ -417,7 +417,7 @@ def test_the_ledger_counts_the_budget_like_a_full_scan(tmp_path: Path) -> None:
     failed = study.ask()
     study.tell(failed, state=optuna.trial.TrialState.FAIL)  # 1: FAIL, retried by 3
     over = study.ask()
-    storage.set_trial_system_attr(over._trial_id, recovery.OVER_BUDGET_ATTR, True)
+    storage.set_trial_system_attr(over._trial_id, retries.OVER_BUDGET_ATTR, True)
     study.tell(over, state=optuna.trial.TrialState.FAIL)  # 2: over budget, never counted
     study.add_trial(
         optuna.trial.create_trial(
@@ -425,18 +425,18 @@ def test_the_ledger_counts_the_budget_like_a_full_scan(tmp_path: Path) -> None:
             system_attrs={"failed_trial": 1, "retry_history": [1]},
         )
     )  # 3: the copy of 1
-    ledger = recovery.Ledger(study, storage, study_id)
+    ledger = retries.Ledger(study, storage, study_id)
     ledger.refresh()
     trials = study.get_trials(deepcopy=False)
-    assert ledger.used() == len(recovery.counted_numbers(trials)) == 2
+    assert ledger.used() == len(retries.counted_numbers(trials)) == 2
     assert ledger.used(below=3) == 2  # 1 is not superseded by a copy numbered below 3
     assert ledger.used(below=2) == 2
-    assert ledger.budget(lambda n: False) == recovery.Budget(used=2, waiting=1, foreign_running=0)
+    assert ledger.budget(lambda n: False) == retries.Budget(used=2, waiting=1, foreign_running=0)
     running = study.ask()  # takes the WAITING copy (3)
     assert running.number == 3
     ledger.refresh()
-    assert ledger.budget(lambda n: False) == recovery.Budget(2, 0, 1)
-    assert ledger.budget(lambda n: n == 3) == recovery.Budget(2, 0, 0)
+    assert ledger.budget(lambda n: False) == retries.Budget(2, 0, 1)
+    assert ledger.budget(lambda n: n == 3) == retries.Budget(2, 0, 0)
 
 
 def test_the_ledger_reads_only_new_and_unfinished_trials(tmp_path: Path) -> None:
@@ -460,7 +460,7 @@ def test_the_ledger_reads_only_new_and_unfinished_trials(tmp_path: Path) -> None
         return read_all(study_id, **kwargs)
 
     storage.get_all_trials = counting_all  # type: ignore[method-assign]
-    ledger = recovery.Ledger(study, storage, storage.get_study_id_from_name("s"))
+    ledger = retries.Ledger(study, storage, storage.get_study_id_from_name("s"))
     ledger.refresh()
     # The first read is two SQL queries for the whole study, not one trial at a time.
     assert (bulk, reads) == ([], [])
@@ -480,7 +480,7 @@ def _marked_fail(study: optuna.Study, storage: Any, params: dict[str, float]) ->
     trial = study.ask()
     for name, value in params.items():
         trial.suggest_float(name, value, value)
-    assert recovery.fail_attempt(
+    assert retries.fail_attempt(
         study, storage, trial._trial_id, retry=True, max_retries=3, enqueue=False
     )
     return trial.number
@@ -494,19 +494,19 @@ def test_a_marked_failure_without_its_copy_is_enqueued_once_and_counted_meanwhil
     number = _marked_fail(study, storage, {"x": 0.25})
     done = study.ask()
     study.tell(done, 1.0)
-    ledger = recovery.Ledger(study, storage, storage.get_study_id_from_name("s"), max_retries=3)
+    ledger = retries.Ledger(study, storage, storage.get_study_id_from_name("s"), max_retries=3)
     ledger.refresh()
     # Counted (its copy will take its place) and pending: a worker waits for it, never leaves.
-    assert ledger.budget(lambda n: False) == recovery.Budget(2, 0, 0, pending=1)
+    assert ledger.budget(lambda n: False) == retries.Budget(2, 0, 0, pending=1)
 
-    assert recovery.enqueue_retries(study, max_retries=3, lock=contextlib.nullcontext) == [number]
-    assert recovery.enqueue_retries(study, max_retries=3, lock=contextlib.nullcontext) == []
+    assert retries.enqueue_retries(study, max_retries=3, lock=contextlib.nullcontext) == [number]
+    assert retries.enqueue_retries(study, max_retries=3, lock=contextlib.nullcontext) == []
     (copy,) = _waiting(study)
-    assert copy.params == {"x": 0.25} and recovery.retry_history(copy) == [number]
+    assert copy.params == {"x": 0.25} and retries.retry_history(copy) == [number]
     # The copy is a fresh attempt: the failed one's mark is not carried over.
-    assert recovery.RETRY_ATTR not in copy.system_attrs
+    assert retries.RETRY_ATTR not in copy.system_attrs
     ledger.refresh()
-    assert ledger.budget(lambda n: False) == recovery.Budget(2, 1, 0, pending=0)
+    assert ledger.budget(lambda n: False) == retries.Budget(2, 1, 0, pending=0)
 
 
 @pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
@@ -515,9 +515,9 @@ def test_no_copy_past_max_retries_and_none_for_a_failure_not_marked(tmp_path: Pa
     plain = study.ask()
     study.tell(plain, state=optuna.trial.TrialState.FAIL)  # a trainer's error: not retried
     number = _marked_fail(study, storage, {"x": 0.5})
-    assert recovery.enqueue_retries(study, max_retries=0, lock=contextlib.nullcontext) == []
-    assert recovery.pending_retries(study.get_trials(), 0) == []
-    assert [t.number for t in recovery.pending_retries(study.get_trials(), 1)] == [number]
+    assert retries.enqueue_retries(study, max_retries=0, lock=contextlib.nullcontext) == []
+    assert retries.pending_retries(study.get_trials(), 0) == []
+    assert [t.number for t in retries.pending_retries(study.get_trials(), 1)] == [number]
 
 
 def _enqueue_racer(url: str, name: str, barrier: Any, out: Any) -> None:
@@ -528,7 +528,7 @@ def _enqueue_racer(url: str, name: str, barrier: Any, out: Any) -> None:
     study = optuna.load_study(study_name=name, storage=storage)
     study_id = storage.get_study_id_from_name(name)
     barrier.wait()
-    out.put(recovery.enqueue_retries(study, max_retries=3, lock=lambda: retry_lock(url, study_id)))
+    out.put(retries.enqueue_retries(study, max_retries=3, lock=lambda: retry_lock(url, study_id)))
 
 
 @pytest.mark.processes
@@ -563,7 +563,7 @@ def test_workers_repairing_at_the_same_instant_enqueue_one_copy(
     # Each failed attempt got exactly one copy, by whichever worker held the lock first.
     assert sorted(n for got in enqueued for n in got) == numbers
     copies = _waiting(study)
-    assert sorted(recovery.retried_trial_number(c) for c in copies) == numbers
+    assert sorted(retries.retried_trial_number(c) for c in copies) == numbers
 
 
 @pytest.mark.processes
@@ -612,12 +612,12 @@ def test_the_sweep_retries_a_dead_workers_trials_but_closes_one_marked_over_budg
     dead = study.ask()  # its worker died before its first heartbeat
     dead.suggest_float("x", 0.0, 1.0)
     over = study.ask()  # its worker died after marking it over budget, before the FAIL
-    storage.set_trial_system_attr(over._trial_id, recovery.OVER_BUDGET_ATTR, True)
+    storage.set_trial_system_attr(over._trial_id, retries.OVER_BUDGET_ATTR, True)
     alive = study.ask()  # the sweeping worker's own
     started_ago(storage, dead._trial_id, 10)  # no heartbeat: its start stands in
     beat_ago(storage, over._trial_id, 10)
     beat_ago(storage, alive._trial_id, 10)  # stale-looking, but the sweeper's own
-    recovery.reconcile(
+    retries.reconcile(
         study,
         storage,
         grace_period_s=1,
@@ -630,7 +630,7 @@ def test_the_sweep_retries_a_dead_workers_trials_but_closes_one_marked_over_budg
     assert by_number[over.number].state.name == "FAIL"
     assert by_number[alive.number].state.name == "RUNNING"
     (copy,) = _waiting(study)
-    assert copy.params == dead.params and recovery.retry_history(copy) == [dead.number]
+    assert copy.params == dead.params and retries.retry_history(copy) == [dead.number]
 
 
 def test_machine_failures_are_retried_outside_max_retries(tmp_path: Path) -> None:
@@ -641,31 +641,31 @@ def test_machine_failures_are_retried_outside_max_retries(tmp_path: Path) -> Non
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'm.db'}")
     study = optuna.create_study(storage=storage, study_name="machine")
     first = study.ask({"x": FloatDistribution(0.0, 1.0)})
-    recovery.mark_machine_failure(storage, first._trial_id, "CUDA launch failure")
-    assert recovery.fail_attempt(study, storage, first._trial_id, retry=True, max_retries=0)
+    retries.mark_machine_failure(storage, first._trial_id, "CUDA launch failure")
+    assert retries.fail_attempt(study, storage, first._trial_id, retry=True, max_retries=0)
     copy = study.get_trials(deepcopy=False)[1]
     assert copy.state.name == "WAITING" and copy.params == first.params
-    assert recovery.retry_history(copy) == [0]
-    assert recovery.machine_retries(copy) == 1
+    assert retries.retry_history(copy) == [0]
+    assert retries.machine_retries(copy) == 1
 
     def fail_next(*, machine: bool, max_retries: int) -> int:
         trial = study.ask()  # the oldest WAITING copy
         if machine:
-            recovery.mark_machine_failure(storage, trial._trial_id, "GPU lost")
-        recovery.fail_attempt(study, storage, trial._trial_id, retry=True, max_retries=max_retries)
+            retries.mark_machine_failure(storage, trial._trial_id, "GPU lost")
+        retries.fail_attempt(study, storage, trial._trial_id, retry=True, max_retries=max_retries)
         return trial.number
 
     # An interrupted copy: its chain made one copy, for the machine; max_retries 1 allows one.
     assert fail_next(machine=False, max_retries=1) == 1
     trials = study.get_trials(deepcopy=False)
     assert [t.state.name for t in trials] == ["FAIL", "FAIL", "WAITING"]
-    assert recovery.machine_retries(trials[2]) == 1
+    assert retries.machine_retries(trials[2]) == 1
     # Interrupted again: the one ordinary retry is used; no copy, and the ledger agrees.
     assert fail_next(machine=False, max_retries=1) == 2
     trials = study.get_trials(deepcopy=False)
     assert [t.state.name for t in trials] == ["FAIL", "FAIL", "FAIL"]
-    assert recovery.pending_retries(trials, 1) == []
-    ledger = recovery.Ledger(study, storage, study._study_id, max_retries=1)
+    assert retries.pending_retries(trials, 1) == []
+    ledger = retries.Ledger(study, storage, study._study_id, max_retries=1)
     ledger.refresh()
     assert ledger.pending() == []
     assert ledger.budget(lambda n: False).used == 1  # one config, its last attempt counted

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dvt_hpo.study.plateau import PlateauWatch, plateau_message, plateau_reached
+from dvt_hpo.stopping.plateau import PlateauWatch, plateau_message, plateau_reached
 
 
 def test_no_stop_before_the_window_has_finished() -> None:

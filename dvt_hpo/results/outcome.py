@@ -16,7 +16,7 @@ The rules, first match wins:
    wrote it): COMPLETE, whatever the interrupt and timeout flags say; a finished trial is
    never thrown away ("completed trials are never touched"); a final objective that is NaN
    or infinite (no finite value reported) is FAIL "diverged", never "not reported"; its
-   values and constraint values come from one epoch (:mod:`dvt_hpo.study.reduction`), and a
+   values and constraint values come from one epoch (:mod:`dvt_hpo.results.reduction`), and a
    constraint metric never reported is FAIL naming it;
 5. the study was interrupted: FAIL, retried;
 6. it ran past ``trials.timeout_s``: FAIL;
@@ -33,10 +33,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from dvt_hpo.results.events import TrialFinished
+from dvt_hpo.results.reduction import choose_epoch, reduce_trial
 from dvt_hpo.sampling.constraints import feasible
 from dvt_hpo.spec.model import ConstraintSpec
-from dvt_hpo.study.events import TrialFinished
-from dvt_hpo.study.reduction import choose_epoch, reduce_trial
 from dvt_hpo.wire.result import TrialResult
 
 State = Literal["COMPLETE", "PRUNED", "FAIL"]
@@ -257,7 +257,7 @@ class TrialOutcome:
     user_attrs: dict[str, Any] = field(default_factory=dict)
     values: tuple[float, ...] = ()  # every objective's (COMPLETE)
     constraints: tuple[float, ...] = ()  # <= 0 feasible; () when unconstrained or failed
-    machine: str | None = None  # failed of the machine: the kind (dvt_hpo.study.node_health)
+    machine: str | None = None  # failed of the machine: the kind (dvt_hpo.recovery.node_health)
 
     def event(self) -> TrialFinished:
         """What the loop's observers hear of it."""

@@ -10,10 +10,10 @@ from typing import Any
 import optuna
 import pytest
 
+from dvt_hpo.results.front import no_feasible_message, pareto_front, select_best, study_ended
 from dvt_hpo.sampling.constraints import CONSTRAINTS_KEY, is_feasible, stored_constraints, violation
 from dvt_hpo.sampling.optuna_factory import build_sampler, samplers_read_constraints
 from dvt_hpo.spec.model import Dimension, SamplerSpec
-from dvt_hpo.study.front import no_feasible_message, pareto_front, select_best, study_ended
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

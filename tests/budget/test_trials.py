@@ -9,10 +9,10 @@ import optuna
 import pytest
 import yaml
 
+from dvt_hpo.budget.trials import OVER_BUDGET_ATTR, Attempt, uncounted, uncounted_attempts
+from dvt_hpo.recovery import retries
 from dvt_hpo.store.reader import open_existing_storage
 from dvt_hpo.store.storage import open_storage, retry_callback
-from dvt_hpo.study import recovery
-from dvt_hpo.study.budget import OVER_BUDGET_ATTR, Attempt, uncounted, uncounted_attempts
 from dvt_hpo.studyfile import load_spec
 from dvt_hpo.views.status import format_status, read_status
 from tests.conftest import toy_study
@@ -62,11 +62,11 @@ def test_status_counts_what_run_counts(tmp_path: Path, storage: str) -> None:
     trials = study.get_trials(deepcopy=False)
     assert [t.state.name for t in trials] == ["FAIL", "FAIL", "COMPLETE", "COMPLETE", "FAIL"]
 
-    ledger = recovery.Ledger(study, raw, raw.get_study_id_from_name("budget"))
+    ledger = retries.Ledger(study, raw, raw.get_study_id_from_name("budget"))
     ledger.refresh()
     status = read_status(*open_existing_storage(spec), spec)
 
-    assert ledger.used() == len(recovery.counted_numbers(trials)) == status.finished == 2
+    assert ledger.used() == len(retries.counted_numbers(trials)) == status.finished == 2
     text = format_status(status)
     assert "2/3 trials finished" in text, text
     assert "2 failed and retried (not counted)" in text and "1 over budget (not counted)" in text

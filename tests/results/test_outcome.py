@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from dvt_hpo.results.outcome import Flags, Limits, Objective, Outcome, classify, reduce_history
 from dvt_hpo.spec.model import ConstraintSpec
-from dvt_hpo.study.outcome import Flags, Limits, Objective, Outcome, classify, reduce_history
 from dvt_hpo.wire.result import TrialResult
 
 OBJ = Objective("score", "maximize", "best")
@@ -246,7 +246,7 @@ def test_out_of_memory_in_a_gpu_share_names_the_share() -> None:
 
 
 def test_a_pruned_trial_reads_as_pruned_by_its_pruner() -> None:
-    from dvt_hpo.study.outcome import pruned_reason, reason_of
+    from dvt_hpo.results.outcome import pruned_reason, reason_of
 
     assert pruned_reason(3, "median") == "pruned at step 3 by MedianPruner"
     assert reason_of("PRUNED", {"reason": pruned_reason(3, "hyperband")}) == (

@@ -10,13 +10,13 @@ from pathlib import Path
 import optuna
 import pytest
 
+from dvt_hpo.budget import compute as compute_budget
+from dvt_hpo.budget.compute import UNITS_ATTR, ComputeLedger, Spent
+from dvt_hpo.budget.trials import PRIOR_ATTR
 from dvt_hpo.devices.slots import Slot
 from dvt_hpo.spec.model import BudgetSpec
-from dvt_hpo.study import compute_budget
-from dvt_hpo.study.budget import PRIOR_ATTR
-from dvt_hpo.study.compute_budget import UNITS_ATTR, ComputeLedger, Spent
 from tests.conftest import toy_study
-from tests.study.test_recovery import Orchestrator, load_trials
+from tests.recovery.test_retries import Orchestrator, load_trials
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -1,4 +1,4 @@
-"""The stale rule (dvt_hpo.study.stale) on a real SQLite storage with heartbeats."""
+"""The stale rule (dvt_hpo.recovery.stale) on a real SQLite storage with heartbeats."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import optuna
 import pytest
 import sqlalchemy
 
-from dvt_hpo.study import stale
+from dvt_hpo.recovery import stale
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning"),

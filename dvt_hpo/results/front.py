@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dvt_hpo.results.events import StudyEnded
 from dvt_hpo.sampling.constraints import constraints_of, is_feasible, violation
-from dvt_hpo.study.events import StudyEnded
 
 __all__ = [
     "Best",

@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from dvt_hpo.study.stop_signals import StopSignals
+from dvt_hpo.stopping.signals import StopSignals
 from tests.entrypoints.dropped import deliver_in_weakref_callback
 
 

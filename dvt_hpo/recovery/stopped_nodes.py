@@ -1,4 +1,4 @@
-"""Workers that stopped because their node looks broken (:mod:`dvt_hpo.study.node_health`): the
+"""Workers that stopped because their node looks broken (:mod:`dvt_hpo.recovery.node_health`): the
 loop's watch over its outcomes, and the record each leaves in the study for ``dvt-hpo status``.
 
 Each stopped worker writes one study system attr of its own (``dvt_hpo:node_stopped:HOST:PID``),
@@ -10,20 +10,22 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dvt_hpo.optuna_api.private import study_id_of
-from dvt_hpo.study.node_health import Finished, broken_node
+from dvt_hpo.recovery.node_health import Finished, broken_node
 
 if TYPE_CHECKING:
-    from dvt_hpo.study.handle import StudyHandle
+    import optuna
 
 __all__ = [
     "NODE_STOPPED_PREFIX",
     "NodeWatch",
+    "OpenStudy",
     "StoppedNode",
     "format_stopped",
     "record_stopped",
@@ -85,11 +87,25 @@ def format_stopped(nodes: Sequence[StoppedNode]) -> list[str]:
     return lines
 
 
+class OpenStudy(Protocol):
+    """What the watch uses of the study it runs in: the loop's
+    :class:`~dvt_hpo.study.handle.StudyHandle` (from the package above, so named by shape)."""
+
+    @property
+    def study(self) -> optuna.Study: ...
+    @property
+    def storage(self) -> Any: ...
+    @property
+    def lock(self) -> threading.RLock: ...
+    @property
+    def db(self) -> Callable[[Callable[[], Any], str], Any]: ...
+
+
 class NodeWatch:
     """The loop's side of the rule: after each outcome, whether this worker's node looks broken;
     if so its record is written to the study and the message returned, once."""
 
-    def __init__(self, node_failures: int, handle: StudyHandle) -> None:
+    def __init__(self, node_failures: int, handle: OpenStudy) -> None:
         self.node_failures = node_failures
         self.handle = handle
         self.host = socket.gethostname()

@@ -11,7 +11,7 @@
 
 Interrupted attempts (Ctrl-C, SIGTERM) are not failures of the trial and count for none; nor
 do attempts that failed of the machine and are retried (their outcome is marked interrupted too):
-a broken node is :mod:`dvt_hpo.study.node_health`'s rule, which stops only the worker on it.
+a broken node is :mod:`dvt_hpo.recovery.node_health`'s rule, which stops only the worker on it.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def failure_kind(reason: str | None) -> str | None:
 
 
 class Finished(Protocol):
-    """What the rules read of a finished trial (:class:`~dvt_hpo.study.outcome.TrialOutcome`)."""
+    """What the rules read of a finished trial (:class:`~dvt_hpo.results.outcome.TrialOutcome`)."""
 
     state: str
     reason: str | None

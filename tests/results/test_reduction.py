@@ -8,13 +8,13 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from dvt_hpo.spec.model import ConstraintSpec
-from dvt_hpo.study.reduction import (
+from dvt_hpo.results.reduction import (
     UNKNOWN_VIOLATION,
     choose_epoch,
     constraint_value,
     reduce_trial,
 )
+from dvt_hpo.spec.model import ConstraintSpec
 
 NAN = math.nan
 # f1 peaks at epoch 1; latency is lowest at epoch 2; size is reported at epoch 0 only.

@@ -31,8 +31,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dvt_hpo.budget.trials import OVER_BUDGET_ATTR, PRIOR_ATTR
 from dvt_hpo.optuna_api.private import trial_id_of
-from dvt_hpo.study.budget import OVER_BUDGET_ATTR, PRIOR_ATTR
 
 if TYPE_CHECKING:
     from dvt_hpo.devices.slots import Slot

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from dvt_hpo.study.stop_rules import (
+from dvt_hpo.stopping.rules import (
     SAME_REASON_STOP,
     failure_kind,
     max_failures_limit,

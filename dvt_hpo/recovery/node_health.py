@@ -10,7 +10,7 @@ the params are left out on purpose: a device-side assert, an illegal memory acce
 ``ValueError``. Such a failure is not the trial's: its attempt is retried with the same params
 and does not count towards ``study.n_trials`` (like an interrupted attempt), and it counts for
 neither ``study.max_failures`` nor the "first trials failed alike" rule of
-:mod:`dvt_hpo.study.stop_rules`, which are about the params.
+:mod:`dvt_hpo.stopping.rules`, which are about the params.
 
 A worker's node is *broken* when its last ``trials.node_failures`` finished trials (default
 :data:`NODE_FAILURES`) all failed of the machine, at any point of its run: it stops launching,
@@ -97,7 +97,7 @@ def machine_retry_limit(node_failures: int) -> int:
 
 
 class Finished(Protocol):
-    """What the rule reads of a finished trial (:class:`~dvt_hpo.study.outcome.TrialOutcome`)."""
+    """What the rule reads of a finished trial (:class:`~dvt_hpo.results.outcome.TrialOutcome`)."""
 
     number: int
     state: str

@@ -36,14 +36,14 @@ from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.atomic import read_json, write_json_atomic
 from dvt_hpo.optuna_api.private import study_id_of
+from dvt_hpo.recovery import retries
 from dvt_hpo.sampling import space
-from dvt_hpo.study import recovery
 from dvt_hpo.wire.payload import ResumePayload
 
 if TYPE_CHECKING:
     import optuna
 
-    from dvt_hpo.study.outcome import Outcome
+    from dvt_hpo.results.outcome import Outcome
     from dvt_hpo.studyfile import StudySpec
 
 __all__ = [
@@ -83,7 +83,7 @@ def chain_dir(spec: StudySpec, root: int) -> Path:
 
 def root_number(trial: optuna.trial.FrozenTrial) -> int:
     """The number of the first attempt of ``trial``'s retry chain (its own when it is one)."""
-    history = recovery.retry_history(trial)
+    history = retries.retry_history(trial)
     return history[0] if history else trial.number
 
 
@@ -169,7 +169,7 @@ def prepare(run: Any) -> tuple[ResumePlan, str | None]:
     spec = run.spec
     storage = run.study.storage
     frozen = storage.get_trial(run.trial_id)
-    history = recovery.retry_history(frozen)
+    history = retries.retry_history(frozen)
     root = history[0] if history else run.number
     path = chain_dir(spec, root)
     print_ = fingerprint(spec, run.params)
@@ -192,7 +192,7 @@ def prepare(run: Any) -> tuple[ResumePlan, str | None]:
         )
         chain = read_json(path / CHAIN_FILE)
         start = f"trial {run.number} (retry of {before}): starting from epoch 0"
-        if previous.system_attrs.get(recovery.RETRY_ATTR) != before:
+        if previous.system_attrs.get(retries.RETRY_ATTR) != before:
             # A crash is not an interruption: continuing it would only crash again.
             discard(path)
             note = f"{start}, trial {before} failed by itself (not interrupted)"
@@ -271,12 +271,12 @@ def on_end(run: Any, outcome: Outcome) -> None:
 
 def after_sweep(spec: StudySpec, trial: optuna.trial.FrozenTrial, retry: bool) -> None:
     """After a sweep failed the stale ``trial`` (``retry``: for a retry): as :func:`on_end`."""
-    if not _kept(retry, len(recovery.retry_history(trial)), spec.trials.max_retries):
+    if not _kept(retry, len(retries.retry_history(trial)), spec.trials.max_retries):
         discard(chain_dir(spec, root_number(trial)))
 
 
 def sweep_hook(spec: StudySpec) -> Callable[[optuna.trial.FrozenTrial, bool], None] | None:
-    """``recovery.reconcile``'s ``on_failed`` with ``trials.resume`` on (else None)."""
+    """``retries.reconcile``'s ``on_failed`` with ``trials.resume`` on (else None)."""
     return functools.partial(after_sweep, spec) if spec.trials.resume else None
 
 

@@ -87,7 +87,7 @@ class PlateauWatch:
     def for_study(cls, spec: StudySpec, trials: Sequence[Any]) -> PlateauWatch:
         """The watch of a run of ``spec`` (``study.plateau`` set) on a study holding ``trials``:
         its baseline is the study's best feasible value before the run."""
-        from dvt_hpo.study.front import select_best
+        from dvt_hpo.results.front import select_best
 
         rule = spec.study.plateau
         assert rule is not None

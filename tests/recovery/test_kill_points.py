@@ -1,7 +1,7 @@
 """A worker killed at each step of a trial's bookkeeping loses nothing (docs/recovery.md).
 
 Each test starts a real ``dvt-hpo run`` with ``DVT_HPO_KILL_AT=<step>``: the worker SIGKILLs
-itself when it reaches that step (:mod:`dvt_hpo.study.kill_points`), leaving exactly what a kill
+itself when it reaches that step (:mod:`dvt_hpo.recovery.kill_points`), leaving exactly what a kill
 there leaves. Then a live worker's sweep, or the next ``run``, must repair it: the study ends
 with its exact budget, every failed attempt retried once with the same params, nothing RUNNING
 or WAITING, and no trial process left behind. Once on SQLite, once on PostgreSQL.
@@ -19,10 +19,10 @@ import optuna
 import pytest
 
 from dvt_hpo.process import tree as process_tree
-from dvt_hpo.study import kill_points
+from dvt_hpo.recovery import kill_points
 from tests.conftest import toy_study
 from tests.lost_nothing import problems
-from tests.study.test_recovery import (  # noqa: F401 - orchestrator is a fixture
+from tests.recovery.test_retries import (  # noqa: F401 - orchestrator is a fixture
     EVENT_TIMEOUT_S,
     Orchestrator,
     fifo_study,
@@ -59,7 +59,7 @@ def runs_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def worker(orchestrator: Callable[..., Orchestrator]) -> Callable[..., Orchestrator]:  # noqa: F811
-    """Start ``dvt-hpo run STUDY``, killed at ``kill_at`` when given (test_recovery's
+    """Start ``dvt-hpo run STUDY``, killed at ``kill_at`` when given (test_retries's
     orchestrator fixture: whatever is left is killed at teardown)."""
 
     def start(study: Path, kill_at: str | None = None) -> Orchestrator:

@@ -12,7 +12,7 @@ leaves is repaired by any live worker's sweep or by the next ``run``, exactly on
   sees the copies enqueued before, and a worker killed anywhere on the way leaves either a
   RUNNING trial (failed again as stale) or a marked FAIL (enqueued by the next sweep).
 - :func:`reconcile` is that sweep: it fails the RUNNING trials of dead workers
-  (:func:`dvt_hpo.study.stale.stale_trials`: heartbeat older than the grace period, or no heartbeat
+  (:func:`dvt_hpo.recovery.stale.stale_trials`: heartbeat older than the grace period, or no heartbeat
   at all and started longer ago than that) and enqueues every copy still missing.
 - :class:`Ledger` counts the budget (``study.n_trials``) without loading every trial on each
   launch: finished trials never change, so each is read once; only unfinished ones are read
@@ -36,22 +36,22 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dvt_hpo.optuna_api.private import trial_id_of
-from dvt_hpo.store.queries import trial_marks
-from dvt_hpo.store.storage import (
-    MACHINE_ATTR,
-    MACHINE_RETRIES_ATTR,
-    retry_callback,
-    supports_heartbeat,
-)
-from dvt_hpo.study import kill_points, stale
-from dvt_hpo.study.budget import (
+from dvt_hpo.budget.trials import (
     OVER_BUDGET_ATTR,
     PRIOR_ATTR,
     RETRY_HISTORY_ATTR,
     Attempt,
     uncounted,
     uncounted_attempts,
+)
+from dvt_hpo.optuna_api.private import trial_id_of
+from dvt_hpo.recovery import kill_points, stale
+from dvt_hpo.store.queries import trial_marks
+from dvt_hpo.store.storage import (
+    MACHINE_ATTR,
+    MACHINE_RETRIES_ATTR,
+    retry_callback,
+    supports_heartbeat,
 )
 
 if TYPE_CHECKING:
@@ -145,7 +145,7 @@ def fail_attempt(
 
 
 def mark_machine_failure(storage: Any, trial_id: int, kind: str) -> None:
-    """Mark a RUNNING attempt as failed of the machine (:mod:`dvt_hpo.study.node_health`),
+    """Mark a RUNNING attempt as failed of the machine (:mod:`dvt_hpo.recovery.node_health`),
     before :func:`fail_attempt`: its copy is then made whatever ``max_retries`` says, and
     counts the chain's machine failures (:func:`machine_retries`)."""
     storage.set_trial_system_attr(trial_id, MACHINE_ATTR, kind)
@@ -420,7 +420,7 @@ class Ledger:
 
 def counted_numbers(trials: list[optuna.trial.FrozenTrial]) -> set[int]:
     """The numbers of the trials that count towards ``study.n_trials`` (for summaries), by
-    the rule of :mod:`dvt_hpo.study.budget`."""
+    the rule of :mod:`dvt_hpo.budget.trials`."""
     gone = uncounted_attempts(
         Attempt(
             t.number,

@@ -17,8 +17,8 @@ from typing import Any
 import optuna
 import pytest
 
-from dvt_hpo.study import recovery
-from dvt_hpo.study.stopped_nodes import stopped_nodes
+from dvt_hpo.recovery import retries
+from dvt_hpo.recovery.stopped_nodes import stopped_nodes
 from dvt_hpo.studyfile import load_spec
 from tests.conftest import REPO_ROOT, toy_study
 from tests.entrypoints.broken_node import BROKEN_ENV, BROKEN_HANG_ENV
@@ -97,7 +97,7 @@ def check_study_after_a_broken_node(
     complete = [t for t in trials if t.state.name == "COMPLETE"]
     failed = [t for t in trials if t.state.name == "FAIL"]
     assert len(complete) == N_TRIALS, [(t.number, t.state.name) for t in trials]
-    assert len(recovery.counted_numbers(trials)) == N_TRIALS
+    assert len(retries.counted_numbers(trials)) == N_TRIALS
     assert len(failed) >= 3
     by_number = {t.number: t for t in trials}
     ended = [t for t in failed if t.user_attrs.get("status") == "interrupted"]
@@ -108,7 +108,7 @@ def check_study_after_a_broken_node(
     else:
         assert ended == []
     for t in failed:
-        copies = [c for c in complete if t.number in recovery.retry_history(c)]
+        copies = [c for c in complete if t.number in retries.retry_history(c)]
         assert len(copies) == 1, t.number
         assert copies[0].params == t.params
         if t in ended:
@@ -117,7 +117,7 @@ def check_study_after_a_broken_node(
         # copy: the healthy worker's (the broken one stopped).
         assert t.user_attrs["machine_failure"] == "CUDA launch failure", t.user_attrs
         assert "unspecified launch failure" in t.user_attrs["reason"]
-        assert t.system_attrs[recovery.MACHINE_ATTR] == "CUDA launch failure"
+        assert t.system_attrs[retries.MACHINE_ATTR] == "CUDA launch failure"
     # The row that stopped it is recorded with its host, and `status` shows it.
     storage = study._storage
     (node,) = stopped_nodes(storage, study._study_id)
@@ -165,8 +165,8 @@ def test_a_failure_of_the_params_stays_a_plain_counted_failure(
     for t in failed:
         assert t.user_attrs["reason"].startswith("ValueError: x=")
         assert "machine_failure" not in t.user_attrs
-        assert recovery.MACHINE_ATTR not in t.system_attrs
-    assert len(recovery.counted_numbers(trials)) == 6  # each failure counts, none retried
+        assert retries.MACHINE_ATTR not in t.system_attrs
+    assert len(retries.counted_numbers(trials)) == 6  # each failure counts, none retried
     assert stopped_nodes(study._storage, study._study_id) == []
 
 
@@ -188,11 +188,11 @@ def test_a_lone_broken_worker_leaves_its_trials_for_the_rerun(
     assert [t.state.name for t in trials].count("COMPLETE") == 1
     assert [t.state.name for t in trials].count("WAITING") == 1  # one chain, failed 3 times
     waiting = next(t for t in trials if t.state.name == "WAITING")
-    assert recovery.machine_retries(waiting) == 3
+    assert retries.machine_retries(waiting) == 3
     rerun = dvt_hpo("run", str(study_file))
     out, err = rerun.communicate(timeout=RUN_TIMEOUT_S)
     assert rerun.returncode == 0, out + err
     trials = study.get_trials(deepcopy=False)
     complete = [t for t in trials if t.state.name == "COMPLETE"]
-    assert len(complete) == 4 and len(recovery.counted_numbers(trials)) == 4
+    assert len(complete) == 4 and len(retries.counted_numbers(trials)) == 4
     assert any(t.params == waiting.params for t in complete)
