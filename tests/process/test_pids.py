@@ -13,7 +13,6 @@ from collections.abc import Iterator
 import pytest
 
 from dvt_hpo.process.pids import descendant_groups, group_members, pid_alive, wait_gone
-from dvt_hpo.process.strays import ENV_TRIAL_TOKEN, find_strays, new_token, stop_strays
 
 pytestmark = pytest.mark.processes
 
@@ -77,22 +76,3 @@ def test_wait_gone_waits_for_the_pids_or_says_it_could_not(leader) -> None:
     assert not wait_gone([own], timeout_s=0.2)
     os.kill(own, signal.SIGKILL)
     assert wait_gone([own], timeout_s=10)
-
-
-def test_strays_are_the_processes_carrying_the_trials_token() -> None:
-    token = new_token()
-    env = {**os.environ, ENV_TRIAL_TOKEN: token}
-    wait = [sys.executable, "-c", "import sys; sys.stdin.read()"]
-    stray = subprocess.Popen(wait, stdin=subprocess.PIPE, env=env, start_new_session=True)
-    other = subprocess.Popen(wait, stdin=subprocess.PIPE, start_new_session=True)
-    try:
-        # Popen returns once the child has exec'd: its environment is readable.
-        assert find_strays(token) == [stray.pid]
-        assert find_strays(token, exclude=[stray.pid]) == []
-        assert stop_strays(token) == [stray.pid]
-        assert stray.wait(timeout=10) == -signal.SIGKILL
-        assert pid_alive(other.pid) and find_strays(token) == []
-    finally:
-        for p in (stray, other):
-            p.kill()
-            p.wait(timeout=10)

@@ -1,0 +1,44 @@
+"""A trial's strays: the processes that left its process group but still carry its token in
+their environment, found and stopped through psutil. Real processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from dvt_hpo.process.pids import pid_alive
+from dvt_hpo.process.strays import ENV_TRIAL_TOKEN, find_strays, new_token, stop_strays
+
+pytestmark = pytest.mark.processes
+
+
+def test_strays_are_the_processes_carrying_the_trials_token() -> None:
+    token = new_token()
+    env = {**os.environ, ENV_TRIAL_TOKEN: token}
+    wait = [sys.executable, "-c", "import sys; sys.stdin.read()"]
+    stray = subprocess.Popen(wait, stdin=subprocess.PIPE, env=env, start_new_session=True)
+    other = subprocess.Popen(wait, stdin=subprocess.PIPE, start_new_session=True)
+    try:
+        # Popen returns once the child has exec'd: its environment is readable.
+        assert find_strays(token) == [stray.pid]
+        assert find_strays(token, exclude=[stray.pid]) == []
+        assert stop_strays(token) == [stray.pid]
+        assert stray.wait(timeout=10) == -signal.SIGKILL
+        assert pid_alive(other.pid) and find_strays(token) == []
+    finally:
+        for p in (stray, other):
+            p.kill()
+            p.wait(timeout=10)
+
+
+def test_no_token_no_strays_and_each_trial_its_own_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert stop_strays(None) == [] and stop_strays("") == []
+    assert new_token() != new_token()
+    # This process never counts, whatever its environment says.
+    token = new_token()
+    monkeypatch.setenv(ENV_TRIAL_TOKEN, token)
+    assert find_strays(token) == []
