@@ -1,9 +1,11 @@
-"""Shared fixtures: a repo-root PYTHONPATH for child processes, the PostgreSQL server, and
-study-file writers; under CI, skips outside a short allow-list fail (tests/ci_skips.py)."""
+"""Shared fixtures: a repo-root PYTHONPATH for child processes, the PostgreSQL server, study
+databases, study-file writers, and orchestrator subprocesses (tests/orchestrator.py); under CI, skips outside a short allow-list fail (tests/ci_skips.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import sys
 import textwrap
@@ -22,6 +24,8 @@ from tests.ci_skips import (  # noqa: F401 - pytest hooks, found by name in this
 
 if TYPE_CHECKING:
     import optuna
+
+    from tests.orchestrator import Orchestrator
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 POSTGRES_URL = os.environ.get(
@@ -190,3 +194,46 @@ def run_keeping_failures(spec: Any, lines: list[str]) -> optuna.Study:
 @pytest.fixture
 def study_dir(tmp_path: Path) -> Iterator[Path]:
     yield tmp_path
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A study database on a SQLite file and on the real PostgreSQL server (skipped when none
+    answers); tests/store/suite/ overrides it with a journal file too."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/study.db"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+@pytest.fixture
+def runs_dir(tmp_path: Path) -> Path:
+    # The spec resolves the runs folder; trial command lines show the resolved path.
+    return tmp_path.resolve() / "runs"
+
+
+@pytest.fixture
+def orchestrator(runs_dir: Path) -> Iterator[Callable[..., Orchestrator]]:
+    """Start ``python -m dvt_hpo run STUDY`` (with ``env`` added to its environment);
+    whatever is left is killed at teardown."""
+    from dvt_hpo.process import tree as process_tree
+    from tests.orchestrator import EVENT_TIMEOUT_S, Orchestrator, processes_mentioning
+
+    started: list[Orchestrator] = []
+
+    def start(study: Path, env: dict[str, str] | None = None) -> Orchestrator:
+        started.append(Orchestrator(study, env=env))
+        return started[-1]
+
+    try:
+        yield start
+    finally:
+        for run in started:
+            if run.proc.poll() is None:
+                run.proc.kill()
+            run.proc.wait(timeout=EVENT_TIMEOUT_S)
+            run.finish()  # joins the output reader, which then closes the pipe
+        leftovers = processes_mentioning(runs_dir)
+        for pid in leftovers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        process_tree.wait_gone(leftovers, EVENT_TIMEOUT_S)

@@ -16,7 +16,7 @@ from dvt_hpo.budget.trials import PRIOR_ATTR
 from dvt_hpo.devices.slots import Slot
 from dvt_hpo.spec.model import BudgetSpec
 from tests.conftest import toy_study
-from tests.recovery.test_retries import Orchestrator, load_trials
+from tests.orchestrator import Orchestrator, load_trials
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -91,13 +91,6 @@ def _counts(study: Path) -> tuple[int, int, list[str]]:
     trials = load_trials(study)
     epochs = sum(len(t.intermediate_values) for t in trials)
     return len(trials), epochs, [str(t.user_attrs.get("status")) for t in trials]
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'b.db'}"
-    return str(request.getfixturevalue("postgres_url"))
 
 
 # Each trial reports 3 epochs, 0.3 s apart, so the workers' trials overlap.

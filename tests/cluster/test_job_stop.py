@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dvt_hpo.process import tree as process_tree
-from tests.recovery.test_retries import (
+from tests.orchestrator import (
     EVENT_TIMEOUT_S,
     Orchestrator,
     fifo_study,

@@ -22,12 +22,10 @@ from dvt_hpo.process import tree as process_tree
 from dvt_hpo.recovery import kill_points
 from tests.conftest import toy_study
 from tests.lost_nothing import problems
-from tests.recovery.test_retries import (  # noqa: F401 - orchestrator is a fixture
-    EVENT_TIMEOUT_S,
+from tests.orchestrator import (
     Orchestrator,
     fifo_study,
     load_trials,
-    orchestrator,
     processes_mentioning,
     states,
     wait_trial_running,
@@ -45,21 +43,9 @@ OWN_TRIAL_STEPS = ("ask", "start:heartbeat", "start:params", "trial:running", "r
 RETRY_STEPS = ("retry:marked", "retry:failed", "retry:locked", "retry:enqueued")
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/study.db"
-    return str(request.getfixturevalue("postgres_url"))
-
-
 @pytest.fixture
-def runs_dir(tmp_path: Path) -> Path:
-    return tmp_path.resolve() / "runs"
-
-
-@pytest.fixture
-def worker(orchestrator: Callable[..., Orchestrator]) -> Callable[..., Orchestrator]:  # noqa: F811
-    """Start ``dvt-hpo run STUDY``, killed at ``kill_at`` when given (test_retries's
+def worker(orchestrator: Callable[..., Orchestrator]) -> Callable[..., Orchestrator]:
+    """Start ``dvt-hpo run STUDY``, killed at ``kill_at`` when given (the
     orchestrator fixture: whatever is left is killed at teardown)."""
 
     def start(study: Path, kill_at: str | None = None) -> Orchestrator:

@@ -16,7 +16,7 @@ from dvt_hpo.study import seeding
 from dvt_hpo.study.loop import StudyRunner
 from dvt_hpo.studyfile import load_spec
 from tests.conftest import toy_study
-from tests.recovery.test_retries import Orchestrator, load_trials
+from tests.orchestrator import Orchestrator, load_trials
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 X = optuna.distributions.FloatDistribution(0.0, 1.0)

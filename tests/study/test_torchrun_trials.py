@@ -20,7 +20,7 @@ from dvt_hpo.study import trial_run
 from dvt_hpo.studyfile import BUILTIN_ENTRYPOINT
 from dvt_hpo.wire.protocol import Hello
 from tests.conftest import TOY_ENTRYPOINT, toy_study
-from tests.recovery.test_retries import processes_mentioning
+from tests.orchestrator import processes_mentioning
 
 pytestmark = pytest.mark.processes
 

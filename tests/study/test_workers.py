@@ -16,7 +16,7 @@ from dvt_hpo.exceptions import SpecError
 from dvt_hpo.study.workers import oversubscription, worker_command, worker_slots
 from dvt_hpo.studyfile import load_spec
 from tests.conftest import toy_study
-from tests.recovery.test_retries import Orchestrator, load_trials, states
+from tests.orchestrator import Orchestrator, load_trials, states
 
 
 def test_devices_are_dealt_out_in_blocks(write_study: Callable[..., Path]) -> None:

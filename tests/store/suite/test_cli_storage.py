@@ -21,13 +21,11 @@ import pytest
 from dvt_hpo.process import tree as process_tree
 from dvt_hpo.store.storage import open_existing
 from tests.conftest import REPO_ROOT, toy_study
-from tests.recovery.test_retries import (  # noqa: F401 - fixtures
+from tests.orchestrator import (
     EVENT_TIMEOUT_S,
     Orchestrator,
     fifo_study,
-    orchestrator,
     processes_mentioning,
-    runs_dir,
     wait_trial_running,
 )
 from tests.store.suite.gated import run_gated
@@ -81,8 +79,8 @@ def test_resume_after_kill_9_of_the_orchestrator(
     storage_url: str,
     tmp_path: Path,
     write_study: Callable[..., Path],
-    orchestrator: Callable[[Path], Orchestrator],  # noqa: F811
-    runs_dir: Path,  # noqa: F811
+    orchestrator: Callable[[Path], Orchestrator],
+    runs_dir: Path,
     unique_name: str,
 ) -> None:
     fifo = tmp_path / "fifo"
@@ -112,8 +110,8 @@ def test_a_killed_workers_trial_is_retried_by_a_running_worker(
     storage_url: str,
     tmp_path: Path,
     write_study: Callable[..., Path],
-    orchestrator: Callable[[Path], Orchestrator],  # noqa: F811
-    runs_dir: Path,  # noqa: F811
+    orchestrator: Callable[[Path], Orchestrator],
+    runs_dir: Path,
     unique_name: str,
 ) -> None:
     fifo = tmp_path / "fifo"

@@ -145,7 +145,7 @@ def test_a_study_rides_out_a_server_restart_and_loses_no_trial(
     """``dvt-hpo run`` while the server stops mid-study, until the run has met the outage: the
     running trial keeps training, its reports wait, and every trial completes; exit 0."""
     from tests.conftest import toy_study
-    from tests.recovery.test_retries import Orchestrator
+    from tests.orchestrator import Orchestrator
 
     name = "outage-study"
     doc = toy_study(name, study={"storage": postgres_cluster.url, "n_trials": 3})
