@@ -7,10 +7,11 @@ import contextlib
 import os
 import signal
 import socket
+import subprocess
 import sys
 import textwrap
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -174,6 +175,25 @@ def run_study(write_study: Callable[..., Path]) -> Callable[[dict[str, Any]], op
             print("\n".join(lines))  # shown by pytest when the test fails
 
     return run
+
+
+def run_dvt_hpo(
+    *argv: str | Path,
+    cwd: Path,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = 240,
+) -> subprocess.CompletedProcess[str]:
+    """``python -m dvt_hpo ARGV`` in a fresh interpreter, run to its end in ``cwd`` (``env``:
+    its whole environment; None: this one's), its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "dvt_hpo", *(str(a) for a in argv)],
+        cwd=cwd,
+        env=None if env is None else dict(env),
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=timeout_s,
+    )
 
 
 def run_keeping_failures(spec: Any, lines: list[str]) -> optuna.Study:

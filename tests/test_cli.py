@@ -29,7 +29,7 @@ from dvt_hpo import SpecError, run_study
 from dvt_hpo.cli import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, main
 from dvt_hpo.config.paths import get_path
 from dvt_hpo.studyfile import load_spec
-from tests.conftest import REPO_ROOT, toy_study
+from tests.conftest import REPO_ROOT, run_dvt_hpo, toy_study
 
 QUICKSTART = REPO_ROOT / "studies" / "quickstart.yaml"
 # Two 1-epoch trials one after the other: the smallest real study of the built-in trainer.
@@ -78,14 +78,7 @@ def cli(
 
 def run_cli(*argv: str | Path, cwd: Path) -> Result:
     """``python -m dvt_hpo ARGS`` in a fresh interpreter."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "dvt_hpo", *(str(a) for a in argv)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        timeout=SUBPROCESS_TIMEOUT_S,
-    )
+    proc = run_dvt_hpo(*argv, cwd=cwd, timeout_s=SUBPROCESS_TIMEOUT_S)
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 

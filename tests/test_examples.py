@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import optuna
 import pytest
 
 from dvt_hpo.studyfile import load_spec
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, run_dvt_hpo
 
 pytestmark = pytest.mark.processes
 
@@ -45,13 +43,7 @@ def test_the_best_trial_is_clearly_better_than_the_worst(tmp_path: Path, example
     study_file = folder / source.name
     overrides = EXAMPLES[example]
     argv = [a for o in overrides for a in ("--set", o)]
-    done = subprocess.run(
-        [sys.executable, "-m", "dvt_hpo", "run", str(study_file), *argv],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = run_dvt_hpo("run", study_file, *argv, cwd=tmp_path, timeout_s=600)
     assert done.returncode == 0, done.stdout + done.stderr
     # No raw Python warning reaches the terminal: a library's is one line in dvt-hpo's voice
     # (dvt_hpo/study/library_warnings.py), never `file.py:543: UserWarning: ...` and its source.

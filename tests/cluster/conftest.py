@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +15,7 @@ import pytest
 import yaml
 
 from dvt_hpo.cluster.slurm import ACTIVE_STATES
-from tests.conftest import toy_study
+from tests.conftest import run_dvt_hpo, toy_study
 
 SLURM_UP = Path(__file__).resolve().parent / "slurm_up.sh"
 
@@ -55,19 +54,9 @@ def cluster_study(name: str, storage: str, **sections: Any) -> dict[str, Any]:
     return doc
 
 
-def dvt(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "dvt_hpo", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=120,
-    )
-
-
 def submit(path: Path, *args: str) -> str:
     """``dvt-hpo submit``; the job id it printed."""
-    done = dvt("submit", str(path), *args, cwd=path.parent)
+    done = run_dvt_hpo("submit", path, *args, cwd=path.parent, timeout_s=120)
     assert done.returncode == 0, done.stdout + done.stderr
     match = re.search(r"^submitted job (\d+):", done.stdout, re.MULTILINE)
     assert match is not None, done.stdout

@@ -10,7 +10,8 @@ import optuna
 import pytest
 
 from dvt_hpo.recovery import retries
-from tests.cluster.conftest import cluster_study, dvt, submit, wait_job_done, write_yaml
+from tests.cluster.conftest import cluster_study, submit, wait_job_done, write_yaml
+from tests.conftest import run_dvt_hpo
 from tests.entrypoints.broken_node import BROKEN_ENV, BROKEN_TASK_ENV
 
 pytestmark = pytest.mark.processes
@@ -52,7 +53,7 @@ def test_the_broken_array_task_ends_failed_and_the_study_completes(
         assert t.user_attrs["machine_failure"] == "CUDA launch failure"
         (copy,) = [c for c in complete if t.number in retries.retry_history(c)]
         assert copy.params == t.params and copy.user_attrs["slurm_worker"] == f"{job}_0"
-    status = dvt("status", str(path), cwd=tmp_path)
+    status = run_dvt_hpo("status", str(path), cwd=tmp_path, timeout_s=120)
     assert status.returncode == 0, status.stderr
     host = socket.gethostname()
     assert "stopped workers (node looked broken): 1" in status.stdout, status.stdout

@@ -14,7 +14,6 @@ import pytest
 from dvt_hpo.recovery.retries import retried_trial_number
 from tests.cluster.conftest import (
     cluster_study,
-    dvt,
     job_states,
     scontrol_job,
     submit,
@@ -22,6 +21,7 @@ from tests.cluster.conftest import (
     wait_until,
     write_yaml,
 )
+from tests.conftest import run_dvt_hpo
 
 pytestmark = pytest.mark.processes
 
@@ -67,7 +67,7 @@ def test_four_workers_finish_a_twelve_trial_study_exactly(
         assert t.user_attrs["slurm_array_job_id"] == job
         assert t.user_attrs["slurm_worker"] == f"{job}_{t.user_attrs['slurm_array_task_id']}"
         assert t.user_attrs["host"]
-    status = dvt("status", str(path), cwd=tmp_path)
+    status = run_dvt_hpo("status", str(path), cwd=tmp_path, timeout_s=120)
     assert status.returncode == 0, status.stderr
     assert "0 running, 0 waiting, 12 complete" in status.stdout
     assert "workers (Slurm):" in status.stdout
@@ -139,12 +139,13 @@ def test_a_worker_stopped_by_its_time_limit_leaves_its_trial_to_be_retried(
     (waiting,) = _retry_of(trials, 0)
     assert waiting.state == optuna.trial.TrialState.WAITING
     # The next run (here a plain `dvt-hpo run`, the trials now quick) retries it.
-    done = dvt(
+    done = run_dvt_hpo(
         "run",
         str(path),
         "--set",
         "trainer.config.actions=[{do: curve, values: [0.5]}]",
         cwd=tmp_path,
+        timeout_s=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     trials = _trials(postgres_url, unique_name)
@@ -235,7 +236,7 @@ def test_cancel_stops_the_study_s_workers_and_their_trials_are_retried(
         60,
         "both workers' trials to run",
     )
-    done = dvt("cancel", str(path), cwd=tmp_path)
+    done = run_dvt_hpo("cancel", str(path), cwd=tmp_path, timeout_s=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"cancelled job(s) {job}" in done.stdout
     assert "still RUNNING" not in done.stdout
@@ -245,5 +246,5 @@ def test_cancel_stops_the_study_s_workers_and_their_trials_are_retried(
         (waiting,) = _retry_of(trials, victim.number)
         assert waiting.state == optuna.trial.TrialState.WAITING
         assert waiting.params == victim.params
-    again = dvt("cancel", str(path), cwd=tmp_path)
+    again = run_dvt_hpo("cancel", str(path), cwd=tmp_path, timeout_s=120)
     assert again.returncode == 0 and "no Slurm job of it is queued or running" in again.stdout

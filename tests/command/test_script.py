@@ -26,7 +26,7 @@ from dvt_hpo.studyfile import COMMAND_ENTRYPOINT
 from dvt_hpo.trial import context
 from dvt_hpo.trial.context import LocalContext
 from dvt_hpo.wire.payload import CommandPayload
-from tests.conftest import REPO_ROOT, toy_study
+from tests.conftest import REPO_ROOT, run_dvt_hpo, toy_study
 
 PROCESSES = pytest.mark.processes
 
@@ -375,13 +375,7 @@ def test_the_example_study_runs_shortened(tmp_path: Path) -> None:
     for name in ("study.yaml", "train.py"):
         shutil.copy(example / name, tmp_path / name)
     argv = ["run", "study.yaml", "--set", "study.n_trials=2", "--set", "trainer.config.epochs=2"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "dvt_hpo", *argv],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    proc = run_dvt_hpo(*argv, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     study = optuna.load_study(
         study_name="command-trainer-digits", storage=f"sqlite:///{tmp_path}/command-trainer.db"
@@ -397,11 +391,9 @@ def test_the_example_study_runs_shortened(tmp_path: Path) -> None:
     best = study.best_trial
     exported = tmp_path / "out" / "best.yaml"
     exported.parent.mkdir()
-    shown = subprocess.run(
-        [sys.executable, "-m", "dvt_hpo", "best", "study.yaml", "--set",
-         "trainer.config.epochs=2", "--export", str(exported)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
+    shown = run_dvt_hpo(
+        "best", "study.yaml", "--set", "trainer.config.epochs=2", "--export", exported, cwd=tmp_path
+    )
     assert shown.returncode == 0, shown.stdout + shown.stderr
     assert f"dvt-hpo train {exported}" in shown.stdout
     data = yaml.safe_load(exported.read_text())
@@ -409,10 +401,7 @@ def test_the_example_study_runs_shortened(tmp_path: Path) -> None:
     assert data["command"][data["command"].index("--lr") + 1] == repr(best.params["lr"])
     assert data["cwd"] == str(tmp_path) and data["trial"] == best.number
     assert data["env"]["OMP_NUM_THREADS"] == str(best.user_attrs["threads"])
-    rerun = subprocess.run(
-        [sys.executable, "-m", "dvt_hpo", "train", str(exported)],
-        cwd=exported.parent, capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
+    rerun = run_dvt_hpo("train", exported, cwd=exported.parent)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     f1 = [float(v) for v in re.findall(r"^step \d+: .*macro_f1=(\S+)", rerun.stdout, re.M)]
     assert len(f1) == 2 and max(f1) == float(f"{best.value:.6g}"), rerun.stdout

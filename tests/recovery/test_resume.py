@@ -21,7 +21,7 @@ import optuna
 import pytest
 import yaml
 
-from tests.conftest import merge_sections
+from tests.conftest import merge_sections, run_dvt_hpo
 
 pytestmark = pytest.mark.processes
 
@@ -83,14 +83,7 @@ def env_with(**extra: str) -> dict[str, str]:
 
 
 def run_cli(path: Path, timeout_s: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "dvt_hpo", "run", str(path)],
-        cwd=path.parent,
-        env=env_with(),
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-    )
+    return run_dvt_hpo("run", path, cwd=path.parent, env=env_with(), timeout_s=timeout_s)
 
 
 def wait_for(predicate: Callable[[], Any], proc: subprocess.Popen[str], timeout_s: float) -> None:
@@ -209,13 +202,7 @@ def test_entry_point_resumes_and_state_goes_at_the_end(tmp_path: Path, unique_na
     shown: list[str] = []
 
     def status() -> None:
-        done = subprocess.run(
-            [sys.executable, "-m", "dvt_hpo", "status", str(path)],
-            env=env_with(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        done = run_dvt_hpo("status", path, cwd=path.parent, env=env_with(), timeout_s=60)
         shown.append(done.stdout)
 
     interrupted_run(path, hold_at=1, sig=signal.SIGTERM, while_held=status)
@@ -240,14 +227,7 @@ def test_a_trial_that_failed_by_itself_is_not_resumed(tmp_path: Path, unique_nam
     planted = chain_folder(path, unique_name) / "state"
     planted.mkdir(parents=True)
     (planted / "state.pt").write_bytes(b"not a state")
-    retried = subprocess.run(
-        [sys.executable, "-m", "dvt_hpo", "run", str(path), "--retry-failed"],
-        cwd=tmp_path,
-        env=env_with(),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    retried = run_dvt_hpo("run", path, "--retry-failed", cwd=tmp_path, env=env_with())
     assert "failed by itself" in retried.stdout, retried.stdout
     assert starts(tmp_path) == [(0, 0), (1, 0)]
     assert not chain_folder(path, unique_name).exists()

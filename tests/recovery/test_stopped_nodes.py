@@ -20,7 +20,7 @@ import pytest
 from dvt_hpo.recovery import retries
 from dvt_hpo.recovery.stopped_nodes import stopped_nodes
 from dvt_hpo.studyfile import load_spec
-from tests.conftest import REPO_ROOT, toy_study
+from tests.conftest import REPO_ROOT, run_dvt_hpo, toy_study
 from tests.entrypoints.broken_node import BROKEN_ENV, BROKEN_HANG_ENV
 
 BROKEN_ENTRYPOINT = "tests.entrypoints.broken_node:run"
@@ -123,13 +123,7 @@ def check_study_after_a_broken_node(
     (node,) = stopped_nodes(storage, study._study_id)
     assert node.host == host
     assert len(node.trials) == 3 and all(by_number[n].state.name == "FAIL" for n in node.trials)
-    status = subprocess.run(
-        [sys.executable, "-m", "dvt_hpo", "status", str(study_file)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    status = run_dvt_hpo("status", study_file, cwd=REPO_ROOT, timeout_s=120)
     assert status.returncode == 0, status.stderr
     assert "stopped workers (node looked broken): 1" in status.stdout, status.stdout
     assert f"  {host} (pid {node.pid})" in status.stdout

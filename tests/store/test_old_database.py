@@ -16,12 +16,12 @@ and trial 2 interrupted by Ctrl-C.
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import optuna
 import pytest
+
+from tests.conftest import run_dvt_hpo
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -40,16 +40,6 @@ def _trials(folder: Path, name: str) -> list[optuna.trial.FrozenTrial]:
     return optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
 
 
-def _run(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "dvt_hpo", *args],
-        cwd=folder,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-
-
 @pytest.mark.parametrize(
     ("layout", "study_file", "name", "state_before"),
     [
@@ -66,7 +56,7 @@ def test_a_study_written_by_an_earlier_layout_resumes(
     assert [t.state.name for t in before[:3]] == ["COMPLETE", "COMPLETE", state_before]
     interrupted = before[2].params
 
-    done = _run(old_studies, "run", study_file)
+    done = run_dvt_hpo("run", study_file, cwd=old_studies)
     assert done.returncode == 0, done.stdout + done.stderr
 
     after = _trials(old_studies, name)
@@ -81,8 +71,8 @@ def test_a_study_written_by_an_earlier_layout_resumes(
     retries = [t for t in complete if t.user_attrs.get("retry_of") == 2]
     assert len(retries) == 1 and retries[0].params == interrupted
 
-    status = _run(old_studies, "status", study_file)
+    status = run_dvt_hpo("status", study_file, cwd=old_studies)
     assert status.returncode == 0, status.stderr
     assert f"study {name!r}" in status.stdout
-    best = _run(old_studies, "best", study_file)
+    best = run_dvt_hpo("best", study_file, cwd=old_studies)
     assert best.returncode == 0, best.stderr

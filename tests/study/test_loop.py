@@ -32,7 +32,7 @@ from dvt_hpo.study.loop import StudyRunner
 from dvt_hpo.studyfile import load_spec
 from dvt_hpo.views.html_report import write_report
 from dvt_hpo.views.status import format_status, read_status
-from tests.conftest import toy_study
+from tests.conftest import run_dvt_hpo, toy_study
 from tests.entrypoints.dropped import deliver_in_weakref_callback
 from tests.store.suite.gated import run_gated
 
@@ -797,13 +797,7 @@ def test_a_plateau_ends_the_run_with_exit_0_and_a_rerun_searches_on(
     said = [line for line in lines if "study.plateau reached" in line]
     assert len(said) == 1 and "last 3 finished trials" in said[0]
     # A rerun gets 3 new trials to beat the study's best, then stops again, exit 0.
-    proc = subprocess.run(
-        [sys.executable, "-m", "dvt_hpo", "run", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    proc = run_dvt_hpo("run", path, cwd=Path.cwd(), timeout_s=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "study.plateau reached" in proc.stdout
     study = optuna.load_study(study_name=unique_name, storage=load_spec(path).study.storage)

@@ -4,8 +4,6 @@ a resumed study keeps its one parent run."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,7 +15,7 @@ from mlflow.tracking import MlflowClient
 
 from dvt_hpo.run.runner import study_runner
 from dvt_hpo.studyfile import load_spec
-from tests.conftest import REPO_ROOT, toy_study
+from tests.conftest import REPO_ROOT, run_dvt_hpo, toy_study
 
 pytestmark = pytest.mark.processes
 
@@ -86,14 +84,7 @@ def test_a_run_prints_no_mlflow_info_lines(
     doc["study"]["n_trials"] = 1
     write_study(doc)
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-m", "dvt_hpo", "run", "study.yaml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    done = run_dvt_hpo("run", "study.yaml", cwd=tmp_path, env=env, timeout_s=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert (tmp_path / "mlflow.db").is_file()
     output = done.stdout + done.stderr

@@ -20,7 +20,7 @@ import pytest
 
 from dvt_hpo.process import tree as process_tree
 from dvt_hpo.store.storage import open_existing
-from tests.conftest import REPO_ROOT, toy_study
+from tests.conftest import REPO_ROOT, run_dvt_hpo, toy_study
 from tests.orchestrator import (
     EVENT_TIMEOUT_S,
     Orchestrator,
@@ -52,13 +52,7 @@ def counted(trials: list[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenT
 
 
 def dvt_hpo_run(study: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "dvt_hpo", "run", str(study), *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-        timeout=120,
-    )
+    return run_dvt_hpo("run", study, *args, cwd=REPO_ROOT, timeout_s=120)
 
 
 def test_create_run_and_rerun(
