@@ -102,6 +102,31 @@ def wait_job_done(job_id: str, timeout_s: float) -> dict[str, str]:
     return wait_until(done, timeout_s, f"Slurm job {job_id} to end")
 
 
+def preempt(job_id: str, cpus: int) -> None:
+    """Preempt the worker ``job_id`` (on the partition that allows it) with an urgent job that
+    needs ``cpus``, the whole node; return once Slurm requeued it, its hold lifted."""
+    subprocess.run(
+        ["sbatch", "-p", "urgent", "-c", str(cpus), "--mem=64M", "-o", "/dev/null"]
+        + ["--wrap", "true"],
+        check=True,
+        timeout=30,
+        capture_output=True,
+    )
+    wait_until(
+        lambda: (
+            (info := scontrol_job(job_id)).get("Restarts") == "1"
+            and info.get("Reason") == "BeginTime"
+        ),
+        60,
+        "the worker to be requeued",
+    )
+    # Slurm holds a requeued job for two minutes (BeginTime); an admin's `StartTime=now` lifts
+    # the hold so that the test does not wait.
+    subprocess.run(
+        ["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True, timeout=30
+    )
+
+
 def write_yaml(path: Path, doc: dict[str, Any]) -> Path:
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path

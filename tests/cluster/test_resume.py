@@ -20,7 +20,7 @@ import pytest
 from dvt_hpo.recovery.retries import retried_trial_number
 from tests.cluster.conftest import (
     cluster_study,
-    scontrol_job,
+    preempt,
     submit,
     wait_job_done,
     wait_until,
@@ -106,21 +106,6 @@ def test_a_preempted_worker_s_trial_is_resumed_when_it_is_requeued(
     path = write_yaml(tmp_path / "study.yaml", doc)
     job = submit(path)
     wait_until((tmp_path / "held.txt").exists, 90, "trial 0 to save epoch 1")
-    # The whole node: the urgent job can only run by preempting the worker.
-    subprocess.run(
-        ["sbatch", "-p", "urgent", "-c", str(cpus), "--mem=64M", "-o", "/dev/null"]
-        + ["--wrap", "true"],
-        check=True,
-        timeout=30,
-        capture_output=True,
-    )
-    wait_until(
-        lambda: (
-            (info := scontrol_job(job)).get("Restarts") == "1" and info.get("Reason") == "BeginTime"
-        ),
-        60,
-        "the worker to be requeued",
-    )
-    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True, timeout=30)
+    preempt(job, cpus)  # the worker holds the whole node: the urgent job preempts it
     assert wait_job_done(job, 120) == {job: "COMPLETED"}
     check_resumed(postgres_url, unique_name, tmp_path)

@@ -15,7 +15,7 @@ from dvt_hpo.recovery.retries import retried_trial_number
 from tests.cluster.conftest import (
     cluster_study,
     job_states,
-    scontrol_job,
+    preempt,
     submit,
     wait_job_done,
     wait_until,
@@ -175,33 +175,7 @@ def test_a_preempted_worker_is_requeued_and_retries_its_trial(
         lambda: _running_on(postgres_url, unique_name), 60, "the worker's trial to run"
     )
     (victim,) = running.values()
-    subprocess.run(
-        [
-            "sbatch",
-            "-p",
-            "urgent",
-            "-c",
-            str(cpus),
-            "--mem=64M",
-            "-o",
-            "/dev/null",
-            "--wrap",
-            "true",
-        ],
-        check=True,
-        timeout=30,
-        capture_output=True,
-    )
-    wait_until(
-        lambda: (
-            (info := scontrol_job(job)).get("Restarts") == "1" and info.get("Reason") == "BeginTime"
-        ),
-        60,
-        "the worker to be requeued",
-    )
-    # Slurm holds a requeued job for two minutes (BeginTime); an admin's `StartTime=now` lifts
-    # the hold so that the test does not wait.
-    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True, timeout=30)
+    preempt(job, cpus)
     states = wait_job_done(job, 90)
     assert states == {job: "COMPLETED"}
     trials = _trials(postgres_url, unique_name)
