@@ -29,7 +29,7 @@ from dvt_hpo import SpecError, run_study
 from dvt_hpo.cli import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, main
 from dvt_hpo.config.paths import get_path
 from dvt_hpo.studyfile import load_spec
-from tests.conftest import REPO_ROOT, run_dvt_hpo, toy_study
+from tests.conftest import REPO_ROOT, merge_sections, run_dvt_hpo, toy_study
 
 QUICKSTART = REPO_ROOT / "studies" / "quickstart.yaml"
 # Two 1-epoch trials one after the other: the smallest real study of the built-in trainer.
@@ -99,9 +99,7 @@ def curve_study(name: str, **sections: Any) -> dict[str, Any]:
         trainer={"entrypoint": "tests.entrypoints.toy:run", "config": {"curve": [0.0]}},
         search_space=[{"name": "x", "path": "curve[0]", "kind": "float", "low": 0.0, "high": 1.0}],
     )
-    for key, value in sections.items():
-        doc[key] = {**doc[key], **value} if isinstance(value, dict) else value
-    return doc
+    return merge_sections(doc, sections)
 
 
 # ---------------------------------------------------------------------------------------------

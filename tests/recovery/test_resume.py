@@ -21,7 +21,7 @@ import optuna
 import pytest
 import yaml
 
-from tests.conftest import merge_sections, run_dvt_hpo
+from tests.conftest import merge_sections, run_dvt_hpo, toy_study
 
 pytestmark = pytest.mark.processes
 
@@ -41,18 +41,12 @@ BUILTIN_CONFIG: dict[str, Any] = {
 
 
 def study_doc(name: str, tmp: Path, **sections: Any) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "study": {
-            "name": name,
-            "storage": f"sqlite:///{tmp / 'study.db'}",
-            "n_trials": 1,
-            "sampler": {"kind": "random", "seed": 0},
-            "pruner": {"kind": "none"},
-            "heartbeat_interval_s": 1,
-            "grace_period_s": 3,
-        },
-        "objective": {"metric": "accuracy", "direction": "maximize", "reduce": "last"},
-        "trials": {
+    """A one-trial study with ``trials.resume`` on the built-in trainer held by ``HOLD``."""
+    doc = toy_study(
+        name,
+        study={"storage": f"sqlite:///{tmp / 'study.db'}", "n_trials": 1},
+        objective={"metric": "accuracy", "direction": "maximize", "reduce": "last"},
+        trials={
             "devices": "cpu",
             "timeout_s": 120,
             "stop_grace_s": 5,
@@ -61,11 +55,11 @@ def study_doc(name: str, tmp: Path, **sections: Any) -> dict[str, Any]:
             "resume_every_s": 0,
             "warm": False,
         },
-        "trainer": {"entrypoint": f"{HOLD}:train", "config": dict(BUILTIN_CONFIG)},
-        "search_space": [
+        trainer={"entrypoint": f"{HOLD}:train", "config": dict(BUILTIN_CONFIG)},
+        search_space=[
             {"name": "lr", "path": "optim.optim_args.lr", "kind": "categorical", "choices": [0.05]}
         ],
-    }
+    )
     return merge_sections(doc, sections)
 
 
