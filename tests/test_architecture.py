@@ -273,7 +273,6 @@ NOT_MIRRORED_YET = {
     "devices/gpu_cap.py",
     "results/events.py",
     "run/runner.py",
-    "sampling/constraints.py",
     "store/reader.py",
     "study/handle.py",
     "studyfile/defaults.py",
