@@ -274,7 +274,6 @@ NOT_MIRRORED_YET = {
     "run/runner.py",
     "store/reader.py",
     "study/handle.py",
-    "studyfile/defaults.py",
     "studyfile/fields.py",
     "train/metric_names.py",
     "train/resume.py",

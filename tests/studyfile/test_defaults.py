@@ -1,0 +1,73 @@
+"""What a study gets when its file does not say: the measured defaults, and the pruner settings
+Optuna would guess from the first trial, taken from the file's epochs instead."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dvt_hpo.spec.model import PrunerSpec, StudySpec
+from dvt_hpo.studyfile import load_spec
+from dvt_hpo.studyfile.defaults import DEFAULT_PRUNER, DEFAULT_SAMPLER, derive_budget_settings
+from tests.conftest import toy_study
+
+EPOCHS_DIM = {"name": "epochs", "path": "epochs", "kind": "int", "low": 2, "high": 30}
+
+
+@pytest.fixture
+def spec(write_study: Callable[..., Path]) -> StudySpec:
+    doc = toy_study("defaults")
+    doc["search_space"].append(EPOCHS_DIM)
+    return load_spec(write_study(doc))
+
+
+def _pruner(
+    spec: StudySpec, kind: str, config: dict[str, Any], *, dims: bool = False, **kwargs: object
+) -> PrunerSpec:
+    study = dataclasses.replace(spec.study, pruner=PrunerSpec(kind, dict(kwargs)))
+    return derive_budget_settings(study, config, spec.search_space if dims else ()).pruner
+
+
+def test_a_file_naming_no_sampler_or_pruner_gets_the_measured_best() -> None:
+    assert (DEFAULT_SAMPLER.kind, DEFAULT_SAMPLER.kwargs) == ("tpe", {"multivariate": False})
+    assert (DEFAULT_PRUNER.kind, DEFAULT_PRUNER.kwargs) == ("wilcoxon", {})
+
+
+def test_hyperbands_max_resource_is_the_trainers_epochs(spec: StudySpec) -> None:
+    assert _pruner(spec, "hyperband", {"epochs": 20}).kwargs == {"max_resource": 20}
+    # The top of an epochs dimension wins over the config's value.
+    assert _pruner(spec, "hyperband", {"epochs": 20}, dims=True).kwargs == {"max_resource": 30}
+    assert _pruner(spec, "hyperband", {"epochs": 20}, max_resource=7).kwargs == {"max_resource": 7}
+
+
+@pytest.mark.parametrize("config", [{}, {"epochs": True}, {"epochs": 0}, {"epochs": "ten"}])
+def test_without_a_number_of_epochs_hyperband_is_left_to_optuna(
+    spec: StudySpec, config: dict[str, Any]
+) -> None:
+    assert _pruner(spec, "hyperband", config).kwargs == {}
+
+
+def test_epochs_at_or_below_min_resource_are_left_for_optuna_to_refuse(spec: StudySpec) -> None:
+    assert _pruner(spec, "hyperband", {"epochs": 3}, min_resource=3).kwargs == {"min_resource": 3}
+
+
+def test_mo_ashas_rungs_from_a_tenth_of_the_epochs_to_below_the_last(spec: StudySpec) -> None:
+    assert _pruner(spec, "mo_asha", {"epochs": 52}).kwargs == {
+        "min_resource": 5,
+        "max_resource": 51,
+    }
+    assert _pruner(spec, "mo_asha", {}).kwargs == {"min_resource": 1}
+    assert _pruner(spec, "mo_asha", {"epochs": 52}, min_resource=2).kwargs == {
+        "min_resource": 2,
+        "max_resource": 51,
+    }
+
+
+def test_other_pruners_are_left_as_written(spec: StudySpec) -> None:
+    assert _pruner(spec, "median", {"epochs": 20}, n_startup_trials=2).kwargs == {
+        "n_startup_trials": 2
+    }
