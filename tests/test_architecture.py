@@ -277,7 +277,6 @@ NOT_MIRRORED_YET = {
     "studyfile/fields.py",
     "train/metric_names.py",
     "train/resume.py",
-    "trial/lifeline.py",
 }
 
 
