@@ -272,7 +272,6 @@ NOT_MIRRORED_YET = {
     "devices/gpu_cap.py",
     "results/events.py",
     "run/runner.py",
-    "store/reader.py",
     "study/handle.py",
     "studyfile/fields.py",
     "train/metric_names.py",
