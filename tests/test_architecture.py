@@ -268,7 +268,6 @@ NOT_MIRRORED_YET = {
     "cluster/submit.py",
     "command/export.py",
     "devices/gpu_cap.py",
-    "results/events.py",
     "run/runner.py",
     "study/handle.py",
     "studyfile/fields.py",
