@@ -486,7 +486,7 @@ def open_existing(
 ) -> optuna.Study:
     """Load the existing study ``name`` for a command that must never create anything
     (``status``, ``best``, ``validate`` of a stored study). A missing file, database, schema or
-    study raises :class:`~dvt_hpo.exceptions.StudyNotFoundError`, and nothing is written.
+    study raises :class:`~dvt_hpo.store.errors.StudyNotFoundError`, and nothing is written.
     """
     import optuna
 
