@@ -23,6 +23,7 @@ TOP_LEVEL = {
     "__init__.py",
     "__main__.py",
     "cli.py",
+    "exceptions.py",
     "report.py",
     "metrics.py",
     "atomic.py",
