@@ -8,12 +8,19 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from dvt_hpo.process.pids import descendant_groups, group_members, pid_alive, wait_gone
-from dvt_hpo.process.strays import ENV_TRIAL_TOKEN, find_strays, new_token, stop_strays
+from dvt_hpo.process.strays import (
+    CLOCK_SLACK_S,
+    ENV_TRIAL_TOKEN,
+    find_strays,
+    new_token,
+    stop_strays,
+)
 
 pytestmark = pytest.mark.processes
 
@@ -96,3 +103,24 @@ def test_strays_are_the_processes_carrying_the_trials_token() -> None:
         for p in (stray, other):
             p.kill()
             p.wait(timeout=10)
+
+
+def test_strays_older_than_since_are_not_read() -> None:
+    """A process created before the token's first carrier cannot carry it: its environment
+    is not read (what keeps the scan cheap), within psutil's clock slack."""
+    token = new_token()
+    env = {**os.environ, ENV_TRIAL_TOKEN: token}
+    since = time.time()
+    wait = [sys.executable, "-c", "import sys; sys.stdin.read()"]
+    stray = subprocess.Popen(wait, stdin=subprocess.PIPE, env=env, start_new_session=True)
+    try:
+        assert find_strays(token, since=since) == [stray.pid]
+        # A process that started within the slack before ``since`` still counts.
+        assert find_strays(token, since=since + CLOCK_SLACK_S / 2) == [stray.pid]
+        assert find_strays(token, since=time.time() + 2 * CLOCK_SLACK_S) == []
+        assert stop_strays(token, since=time.time() + 2 * CLOCK_SLACK_S) == []
+        assert stop_strays(token, since=since) == [stray.pid]
+        assert stray.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        stray.kill()
+        stray.wait(timeout=10)
