@@ -18,12 +18,15 @@ calls, taken by ``benchmarks/trial_cost_probe.py`` (imported at interpreter star
 ``sitecustomize.py`` written for the run). The first two trials of each study are left out
 (the template's imports, the first ask). Medians over every trial of every round; the table
 also gives the ``-X importtime`` self time of the trial process's heaviest imports (medians of
-``--passes`` runs), and the load average before and after.
+``--passes`` runs), and the load average before and after. Every process it starts caches
+byte code in the run's folder (``PYTHONPYCACHEPREFIX``), as a user's interpreter does, even
+where ``PYTHONDONTWRITEBYTECODE`` is set (then every import would compile its source).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import statistics
@@ -113,7 +116,33 @@ def _watch_reaps(reaped: dict[int, float]) -> None:
     Launcher.start = wrapped  # type: ignore[method-assign]
 
 
-def _run_study(folder: Path, name: str, n_trials: int, warm: bool, reaped: dict[int, float]):
+def _watch_database(statements: list[float], writes: list[float]) -> None:
+    """Record when this process (the orchestrator) runs each SQL statement, and each one that
+    writes (SQLite in WAL mode: a transaction that wrote is an fsync of the log at its commit)."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    def before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        now = time.time()
+        statements.append(now)
+        if statement.lstrip()[:6].upper() in ("INSERT", "UPDATE", "DELETE"):
+            writes.append(now)
+
+    event.listen(Engine, "before_cursor_execute", before)
+
+
+def _per_trial(times: list[float], begin: float, end: float, n: int) -> float:
+    return sum(1 for t in times if begin <= t < end) / n
+
+
+def _run_study(
+    folder: Path,
+    name: str,
+    n_trials: int,
+    warm: bool,
+    reaped: dict[int, float],
+    database: tuple[list[float], list[float]],
+) -> dict[str, list[float]]:
     from dvt_hpo import run_study
 
     cost_dir = folder / f"{name}-marks"
@@ -124,8 +153,6 @@ def _run_study(folder: Path, name: str, n_trials: int, warm: bool, reaped: dict[
     study = run_study(path, out=lambda line: None)
     os.environ.pop(ENV_DIR)
     records = {}
-    import json
-
     for file in cost_dir.glob("*.json"):
         record = json.loads(file.read_text())
         records[record["trial"]] = record
@@ -148,6 +175,12 @@ def _run_study(folder: Path, name: str, n_trials: int, warm: bool, reaped: dict[
         for label, begin, end in (COLD if not warm else WARM) + TRIAL:
             phases[label].append(marks[end] - marks[begin])
         phases["start-to-start"].append(marks["next_ask"] - marks["ask"])
+    timed = trials[SKIP:]
+    begin, end = timed[0].datetime_start.timestamp(), timed[-1].datetime_start.timestamp()
+    for label, times in zip(("SQL statements", "writes"), database, strict=True):
+        phases[f"orchestrator's {label} per trial"].append(
+            _per_trial(times, begin, end, len(timed) - 1)
+        )
     return phases
 
 
@@ -179,6 +212,9 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=10, help="python -c pass per turn (10)")
     args = parser.parse_args()
     base_env = dict(os.environ)
+    # Byte-code caching as a user has it (some shells and CI images turn it off: every import
+    # would compile its source), kept in the run's own folder, not beside the sources.
+    base_env.pop("PYTHONDONTWRITEBYTECODE", None)
     base_env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(REPO), base_env.get("PYTHONPATH", "")) if p
     )
@@ -196,8 +232,13 @@ def main() -> None:
     }
     reaped: dict[int, float] = {}
     _watch_reaps(reaped)
+    database: tuple[list[float], list[float]] = ([], [])
+    _watch_database(*database)
     with tempfile.TemporaryDirectory(prefix="dvt-hpo-trial-cost-") as tmp:
         folder = Path(tmp)
+        base_env["PYTHONPYCACHEPREFIX"] = str(folder / "pycache")
+        os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+        os.environ["PYTHONPYCACHEPREFIX"] = base_env["PYTHONPYCACHEPREFIX"]
         probe_dir = folder / "site"
         probe_dir.mkdir()
         (probe_dir / "sitecustomize.py").write_text("import trial_cost_probe  # noqa: F401\n")
@@ -205,6 +246,9 @@ def main() -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join(
             [str(probe_dir), str(HERE), base_env["PYTHONPATH"]]
         )
+
+        # Fills the byte-code cache (the first run of each compiles), untimed.
+        _time([*IMPORT[:2], "import dvt_hpo.trial.main, trial_cost_probe"], dict(os.environ))
 
         def passes() -> None:
             for _ in range(args.passes):
@@ -217,7 +261,9 @@ def main() -> None:
             passes()
             for warm in (False, True) if round_ % 2 == 0 else (True, False):
                 name = f"{'warm' if warm else 'cold'}-{round_}"
-                for label, values in _run_study(folder, name, args.trials, warm, reaped).items():
+                for label, values in _run_study(
+                    folder, name, args.trials, warm, reaped, database
+                ).items():
                     results[warm][label].extend(values)
                 print(f"round {round_ + 1}: {name} done", file=sys.stderr, flush=True)
             passes()
@@ -258,7 +304,13 @@ def _print(
         f"| start-to-start / `python -c pass` | {total[False] / floor:.2f}x "
         f"| {total[True] / floor:.2f}x |"
     )
+    counts = [
+        f"{label}: {statistics.median(results[False][label]):.1f} cold, "
+        f"{statistics.median(results[True][label]):.1f} warm"
+        for label in ("orchestrator's SQL statements per trial", "orchestrator's writes per trial")
+    ]
     print("\nphases: medians of each phase (they need not add up to the median total)")
+    print("; ".join(counts) + " (INSERT, UPDATE, DELETE)")
     ours = {m: statistics.median(v) for m, v in modules.items() if m.startswith("dvt_hpo")}
     others = sum(statistics.median(v) for m, v in modules.items() if not m.startswith("dvt_hpo"))
     heavy = sorted(ours.items(), key=lambda kv: -kv[1])[:8]
