@@ -57,6 +57,8 @@ WARM = [
     ("orchestrator: ask -> launch (payload, control socket, attrs)", "ask", "launched"),
     ("fork from the template -> main()", "launched", "main:start"),
 ]
+# The study database keeps times to the microsecond; each process reads the same clock.
+CLOCK_S = 1e-5
 TRIAL = [
     ("main(): memory limit, parent-death signal, signals", "main:start", "connect:start"),
     ("control connect + hello", "connect:start", "connect:end"),
@@ -71,6 +73,12 @@ TRIAL = [
     ("orchestrator: record (drain, result, attrs, tell)", "reaped", "told"),
     ("orchestrator: told -> next ask", "told", "next_ask"),
 ]
+
+
+WARM_OR_COLD = {False: COLD + TRIAL, True: WARM + TRIAL}
+for _phases in WARM_OR_COLD.values():  # contiguous: they add up to start-to-start
+    assert all(a[2] == b[1] for a, b in zip(_phases, _phases[1:], strict=False)), _phases
+    assert (_phases[0][1], _phases[-1][2]) == ("ask", "next_ask")
 
 
 def _study(name: str, n_trials: int, warm: bool) -> dict[str, Any]:
@@ -172,8 +180,11 @@ def _run_study(
             told=trial.datetime_complete.timestamp(),
             next_ask=following.datetime_start.timestamp(),
         )
-        for label, begin, end in (COLD if not warm else WARM) + TRIAL:
-            phases[label].append(marks[end] - marks[begin])
+        steps = [(label, marks[end] - marks[begin]) for label, begin, end in WARM_OR_COLD[warm]]
+        if min(seconds for _, seconds in steps) < -CLOCK_S:
+            raise SystemExit(f"trial {trial.number} of {name}: phases out of order: {steps}")
+        for label, seconds in steps:
+            phases[label].append(seconds)
         phases["start-to-start"].append(marks["next_ask"] - marks["ask"])
     timed = trials[SKIP:]
     begin, end = timed[0].datetime_start.timestamp(), timed[-1].datetime_start.timestamp()
