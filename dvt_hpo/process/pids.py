@@ -50,8 +50,20 @@ def _alive(info: _ProcInfo) -> bool:
 
 
 def group_members(pgid: int) -> list[int]:
-    """Live (not zombie) processes of a process group."""
-    return [pid for pid, info in _proc_table().items() if info.pgid == pgid and _alive(info)]
+    """Live (not zombie) processes of a process group.
+
+    Runs once per trial: the group of each pid is one system call, and only the few members
+    are read further (reading every process's status costs tens of ms on a busy node)."""
+    members: list[int] = []
+    for pid in psutil.pids():
+        if _pgid(pid) != pgid:
+            continue
+        try:
+            if psutil.Process(pid).status() not in _DEAD:
+                members.append(pid)
+        except psutil.Error:
+            continue  # gone, or not ours to read (as the process table leaves it out)
+    return members
 
 
 def pid_alive(pid: int) -> bool:

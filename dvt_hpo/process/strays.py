@@ -26,24 +26,35 @@ import psutil
 
 from dvt_hpo.process.pids import pid_alive, wait_gone
 
-__all__ = ["ENV_TRIAL_TOKEN", "find_strays", "new_token", "stop_strays"]
+__all__ = ["CLOCK_SLACK_S", "ENV_TRIAL_TOKEN", "find_strays", "new_token", "stop_strays"]
 
 ENV_TRIAL_TOKEN = "DVT_HPO_TRIAL_TOKEN"
 _KILL_WAIT_S = 10.0
+# How much earlier than ``since`` a process's psutil creation time may read (see find_strays).
+CLOCK_SLACK_S = 5.0
 
 
 def new_token() -> str:
     return uuid.uuid4().hex
 
 
-def find_strays(token: str, exclude: Iterable[int] = ()) -> list[int]:
-    """The live processes whose environment carries ``token`` (never this process)."""
+def find_strays(token: str, exclude: Iterable[int] = (), since: float | None = None) -> list[int]:
+    """The live processes whose environment carries ``token`` (never this process).
+
+    ``since`` (``time.time()`` before the token's first carrier started): a process created
+    earlier cannot carry it, so its environment is not read (reading every process's costs
+    tens of ms per trial on a busy node). The creation times psutil gives are accurate to
+    about a second (the boot time is whole seconds): :data:`CLOCK_SLACK_S` earlier still counts.
+    """
     skip = {os.getpid(), *exclude}
+    oldest = None if since is None else since - CLOCK_SLACK_S
     found: list[int] = []
     for proc in psutil.process_iter():
         if proc.pid in skip:
             continue
         try:
+            if oldest is not None and proc.create_time() < oldest:
+                continue
             environ = proc.environ()
         except psutil.Error:
             continue  # gone, a zombie, or another user's
@@ -52,12 +63,12 @@ def find_strays(token: str, exclude: Iterable[int] = ()) -> list[int]:
     return sorted(found)
 
 
-def stop_strays(token: str | None) -> list[int]:
+def stop_strays(token: str | None, since: float | None = None) -> list[int]:
     """SIGKILL the trial's strays (the trial is over: nothing of it may outlive it) and wait
-    until they are gone; their pids."""
+    until they are gone; their pids. ``since``: as for :func:`find_strays`."""
     if not token:
         return []
-    pids = find_strays(token)
+    pids = find_strays(token, since=since)
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)

@@ -223,12 +223,15 @@ class TrialProcess:
         *,
         warm: bool = False,
         token: str | None = None,
+        started_unix: float | None = None,
     ):
         self._leader = leader
         self._pumps = list(pumps)
         self.warm = warm
         self.token = token  # ENV_TRIAL_TOKEN: finds the processes that left its group
         self.strays: list[int] = []  # those stopped when it ended
+        # time.time() before the leader started: no older process carries the token.
+        self.started_unix = started_unix
         self.pid = leader.pid
         self.pgid = leader.pid  # a session of its own: the leader leads its own group
         self.started_s = time.perf_counter()
@@ -251,6 +254,7 @@ class TrialProcess:
     ) -> TrialProcess:
         """Start ``argv`` in a new session, its output copied into the two log files."""
         out_fd, err_fd, pumps = _log_pipes(stdout_path, stderr_path, log_limit)
+        started_unix = time.time()
         try:
             popen = _SPAWNER.popen(
                 args=list(argv),
@@ -265,7 +269,9 @@ class TrialProcess:
         finally:
             os.close(out_fd)
             os.close(err_fd)
-        return cls(_PopenLeader(popen), pumps, token=env.get(ENV_TRIAL_TOKEN))
+        return cls(
+            _PopenLeader(popen), pumps, token=env.get(ENV_TRIAL_TOKEN), started_unix=started_unix
+        )
 
     @classmethod
     def start_warm(
@@ -282,6 +288,7 @@ class TrialProcess:
         """Fork ``python -m dvt_hpo.worker *args`` from the warm template (raises
         :class:`~dvt_hpo.process.warm.TemplateUnavailable` when it cannot)."""
         out_fd, err_fd, pumps = _log_pipes(stdout_path, stderr_path, log_limit)
+        started_unix = time.time()
         try:
             child = template.spawn(args, env=env, cwd=cwd, stdout_fd=out_fd, stderr_fd=err_fd)
         except BaseException:
@@ -292,7 +299,9 @@ class TrialProcess:
             raise
         os.close(out_fd)
         os.close(err_fd)
-        return cls(child, pumps, warm=True, token=env.get(ENV_TRIAL_TOKEN))
+        return cls(
+            child, pumps, warm=True, token=env.get(ENV_TRIAL_TOKEN), started_unix=started_unix
+        )
 
     @property
     def returncode(self) -> int | None:
@@ -324,7 +333,7 @@ class TrialProcess:
                 # (or their GPU memory): wait until they are really gone.
                 wait_gone(group_members(self.pgid), _KILL_WAIT_S)
                 # And what left the group (its own session) with the trial's token.
-                self.strays = stop_strays(self.token)
+                self.strays = stop_strays(self.token, since=self.started_unix)
                 if self.gone_s is None:
                     self.gone_s = time.perf_counter()
         code = self._leader.reap()
@@ -370,7 +379,8 @@ class TrialProcess:
         self._signal(groups, signal.SIGKILL)
         members = {pid for pgid in groups for pid in group_members(pgid)}
         all_gone = wait_gone(members, _KILL_WAIT_S)
-        self.strays += [pid for pid in stop_strays(self.token) if pid not in self.strays]
+        strays = stop_strays(self.token, since=self.started_unix)
+        self.strays += [pid for pid in strays if pid not in self.strays]
         self._drain_logs()
         self.gone_s = time.perf_counter()
         return StopOutcome(code, how, self.gone_s - t0, all_gone)

@@ -7,11 +7,18 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 from dvt_hpo.process.pids import pid_alive
-from dvt_hpo.process.strays import ENV_TRIAL_TOKEN, find_strays, new_token, stop_strays
+from dvt_hpo.process.strays import (
+    CLOCK_SLACK_S,
+    ENV_TRIAL_TOKEN,
+    find_strays,
+    new_token,
+    stop_strays,
+)
 
 pytestmark = pytest.mark.processes
 
@@ -42,3 +49,24 @@ def test_no_token_no_strays_and_each_trial_its_own_token(monkeypatch: pytest.Mon
     token = new_token()
     monkeypatch.setenv(ENV_TRIAL_TOKEN, token)
     assert find_strays(token) == []
+
+
+def test_strays_older_than_since_are_not_read() -> None:
+    """A process created before the token's first carrier cannot carry it: its environment
+    is not read (what keeps the scan cheap), within psutil's clock slack."""
+    token = new_token()
+    env = {**os.environ, ENV_TRIAL_TOKEN: token}
+    since = time.time()
+    wait = [sys.executable, "-c", "import sys; sys.stdin.read()"]
+    stray = subprocess.Popen(wait, stdin=subprocess.PIPE, env=env, start_new_session=True)
+    try:
+        assert find_strays(token, since=since) == [stray.pid]
+        # A process that started within the slack before ``since`` still counts.
+        assert find_strays(token, since=since + CLOCK_SLACK_S / 2) == [stray.pid]
+        assert find_strays(token, since=time.time() + 2 * CLOCK_SLACK_S) == []
+        assert stop_strays(token, since=time.time() + 2 * CLOCK_SLACK_S) == []
+        assert stop_strays(token, since=since) == [stray.pid]
+        assert stray.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        stray.kill()
+        stray.wait(timeout=10)

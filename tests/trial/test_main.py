@@ -508,3 +508,55 @@ def test_the_trial_process_runs_under_its_name_and_its_kept_name(module: str) ->
     )
     assert done.returncode == EXIT_BAD_PAYLOAD
     assert "usage: python -m dvt_hpo.trial PAYLOAD.json" in done.stderr
+
+
+# What a trial process must not import before its entry point is called: each is someone's
+# fixed cost on every trial (a torch-free trial pays for torch and numpy, the orchestrator's
+# packages for SQLAlchemy and Optuna), or the orchestrator's side of the process tree.
+NOT_AT_TRIAL_START = (
+    "torch",
+    "numpy",
+    "optuna",
+    "sqlalchemy",
+    "yaml",
+    "psutil",
+    "multiprocessing",
+    "asyncio",
+    "concurrent",
+    "http",
+    "email",
+    "xml",
+    "urllib.request",
+    "dvt_hpo.train",
+    "dvt_hpo.command",
+    "dvt_hpo.backends",
+    "dvt_hpo.process",
+    "dvt_hpo.studyfile",
+    "dvt_hpo.store",
+    "dvt_hpo.study",
+    "dvt_hpo.sampling",
+    "dvt_hpo.optuna_api",
+    "dvt_hpo.run",
+    "dvt_hpo.cli",
+)
+
+
+def test_the_trial_process_imports_only_what_a_trial_needs(
+    start_trial: Callable[..., Trial],
+) -> None:
+    """Not a timing: the modules a no-op trial's process holds when its entry point runs
+    (benchmarks/trial_cost.py measures what they cost)."""
+    trial = start_trial({}, entrypoint="tests.entrypoints.modules:run")
+    assert trial.wait() == EXIT_OK, trial.stderr()
+    record = trial.json("modules.json")
+    modules = set(record["modules"])
+    assert "dvt_hpo.trial.main" in modules and "tests.entrypoints.modules" in modules
+    loaded = sorted(
+        m
+        for m in modules
+        for heavy in NOT_AT_TRIAL_START
+        if m == heavy or m.startswith(heavy + ".")
+    )
+    assert loaded == []
+    # Its imports are out of the cyclic collector's reach (not traversed again at exit).
+    assert record["frozen"] > 1000
