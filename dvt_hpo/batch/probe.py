@@ -56,7 +56,9 @@ def release(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def measuring(steps: Callable[[int], object], device: torch.device) -> Callable[[int], Probe | bool]:
+def measuring(
+    steps: Callable[[int], object], device: torch.device
+) -> Callable[[int], Probe | bool]:
     """The ``fits(n)`` for ``ctx.find_batch_size``: ``steps(n)`` between :func:`start` and
     :func:`measured`. An error (out of memory or not) propagates to the search, with the
     frames of ``steps`` cleared first; the memory is released either way. ``steps`` keeps its
