@@ -49,7 +49,8 @@ if str(REPO_ROOT) not in sys.path:  # tests.lost_nothing, and dvt_hpo from a che
 import yaml  # noqa: E402
 
 from dvt_hpo.process import tree as process_tree  # noqa: E402
-from dvt_hpo.store.storage import open_existing, redact_url, unreachable_reason  # noqa: E402
+from dvt_hpo.store.opening import StudyAt  # noqa: E402
+from dvt_hpo.store.storage import redact_url, unreachable_reason  # noqa: E402
 from tests.lost_nothing import problems  # noqa: E402
 
 DEFAULT_POSTGRES = os.environ.get(
@@ -196,7 +197,7 @@ def run_round(number: int, url: str, args: argparse.Namespace, rng: random.Rando
             for pid in leftovers:
                 os.kill(pid, signal.SIGKILL)
         try:
-            loaded = open_existing(url, name)
+            loaded = StudyAt(url, name).load().study
         except Exception as exc:  # noqa: BLE001 - a round whose workers all failed at once
             result.problems.append(f"{type(exc).__name__}: {str(exc)[:200]}")
             result.seconds = time.monotonic() - began

@@ -187,7 +187,7 @@ def run_study(sampler: str, pruner: str, task: str, seed: int, budget: int) -> l
     """The same study through ``dvt-hpo run`` (lcbench_trainer), read back from its journal."""
     import os
 
-    from dvt_hpo.store.storage import open_existing
+    from dvt_hpo.store.opening import StudyAt
 
     folder = Path(tempfile.mkdtemp(prefix="dvt-lcbench-mo-"))
     try:
@@ -207,7 +207,7 @@ def run_study(sampler: str, pruner: str, task: str, seed: int, budget: int) -> l
         )
         if "epoch budget spent" not in proc.stdout:
             raise RuntimeError(f"dvt-hpo run did not spend its budget:\n{proc.stdout[-3000:]}")
-        study = open_existing(f"journal:///{folder / 'study.log'}", "lcbench-mo")
+        study = StudyAt(f"journal:///{folder / 'study.log'}", "lcbench-mo").load().study
         out, spent = [], 0
         for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
             epochs = int(t.user_attrs.get("epochs_reported", 0))

@@ -205,9 +205,9 @@ def same_search(a: StudyResult, b: StudyResult) -> bool:
 
 
 def read_trials(journal: Path, task: str) -> tuple[Trial, ...]:
-    from dvt_hpo.store.storage import open_existing
+    from dvt_hpo.store.opening import StudyAt
 
-    study = open_existing(f"journal:///{journal}", "lcbench")
+    study = StudyAt(f"journal:///{journal}", "lcbench").load().study
     out = []
     for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
         epochs = len(t.intermediate_values)

@@ -28,7 +28,7 @@ from optuna.trial import TrialState, create_trial
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from dvt_hpo.store.reader import open_existing_storage, open_existing_study  # noqa: E402
+from dvt_hpo.store.opening import StudyAt  # noqa: E402
 from dvt_hpo.studyfile import load_spec  # noqa: E402
 from dvt_hpo.views.status import read_status  # noqa: E402
 
@@ -153,6 +153,11 @@ def _exists(storage: str) -> bool:
     return "status-speed" in optuna.get_all_study_names(storage=storage)
 
 
+def _storage_and_id(spec):  # what `dvt-hpo status` opens, timed with the read
+    opened = StudyAt.of(spec).load()
+    return opened.storage, opened.study_id
+
+
 def _time(fn, repeat: int) -> list[float]:
     times = []
     for _ in range(repeat):
@@ -183,10 +188,8 @@ def main() -> None:
                 lambda cmd=cmd: subprocess.run(cmd, check=True, capture_output=True, cwd=REPO),
                 args.repeat,
             )
-            inproc = _time(
-                lambda spec=spec: read_status(*open_existing_storage(spec), spec), args.repeat
-            )
-            study = open_existing_study(spec)
+            inproc = _time(lambda spec=spec: read_status(*_storage_and_id(spec), spec), args.repeat)
+            study = StudyAt.of(spec).load().study
             everything = _time(lambda study=study: study.get_trials(), args.repeat)
             rows.append((label, sub, inproc, everything))
             if storage:

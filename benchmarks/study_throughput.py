@@ -43,7 +43,8 @@ except ImportError:  # run from a checkout without installing the package
 
 import yaml  # noqa: E402
 
-from dvt_hpo.store.storage import open_existing, unreachable_reason  # noqa: E402
+from dvt_hpo.store.opening import StudyAt  # noqa: E402
+from dvt_hpo.store.storage import unreachable_reason  # noqa: E402
 from dvt_hpo.text.redact import redact_url  # noqa: E402
 
 DEFAULT_POSTGRES = os.environ.get(
@@ -51,10 +52,10 @@ DEFAULT_POSTGRES = os.environ.get(
 )
 PLAIN_OPTUNA = """
 import sys, optuna
-from dvt_hpo.store.storage import create_or_load_study
+from dvt_hpo.store.opening import StudyAt
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 url, name, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-study = create_or_load_study(url, name, ["maximize"])
+study = StudyAt(url, name).create_or_load(["maximize"]).study
 study.optimize(lambda t: t.suggest_float("x", 0.0, 1.0), n_trials=n)
 """
 
@@ -95,7 +96,7 @@ def _timing(url: str, name: str, *, intervals: bool) -> Timing:
     """The study's timing; then the study is deleted (a shared PostgreSQL stays clean)."""
     import optuna
 
-    study = open_existing(url, name)
+    study = StudyAt(url, name).load().study
     trials = [
         t
         for t in study.get_trials(deepcopy=False)

@@ -324,16 +324,15 @@ def _cmd_best(args: argparse.Namespace) -> int:
     import yaml
 
     from dvt_hpo.atomic import write_text_atomic
-    from dvt_hpo.store.reader import open_existing_study
-    from dvt_hpo.store.storage import study_storage
+    from dvt_hpo.store.opening import StudyAt
     from dvt_hpo.studyfile import load_spec
     from dvt_hpo.views.best import best_config, show_best
 
     if args.export is not None:
         _check_export_path(args.export)
     spec = load_spec(args.study, args.overrides)
-    study = open_existing_study(spec)
-    storage = study_storage(study)
+    opened = StudyAt.of(spec).load()
+    study, storage = opened.study, opened.storage
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     if not complete:
         raise DvtHpoError(f"study {spec.study.name!r} has no completed trial yet")

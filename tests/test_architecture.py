@@ -263,8 +263,6 @@ BY_BEHAVIOUR = ("backends/deepvisiontools/",)
 # Modules still without a mirror test, tested only through others for now. The list only
 # shrinks: a module that gains its test must leave it (the test below says so).
 NOT_MIRRORED_YET = {
-    "batch/cache.py",
-    "batch/probe.py",
     "cluster/jobs.py",
     "cluster/submit.py",
     "command/export.py",

@@ -1,17 +1,19 @@
 """What every trainer's batch-size probe shares around its own steps: the memory figures.
 
-A trainer's ``fits(n)`` runs real steps at batch size ``n`` (its model, its loader, its
-precision); before them :func:`start` resets the device's peak, after them :func:`measured` gives
-the :class:`~dvt_hpo.batch.search.Probe` the search reads (the peak, and the memory this trial may
+A trainer gives its ``steps(n)``: real steps at batch size ``n`` (its model, its loader, its
+precision). :func:`measuring` makes of them the ``fits(n)`` the search calls: before the steps
+:func:`start` resets the device's peak, after them :func:`measured` gives the
+:class:`~dvt_hpo.batch.search.Probe` the search reads (the peak, and the memory this trial may
 use: its share of the GPU under ``trials.per_gpu``, else the whole GPU), and :func:`release`
-frees what the probe left, the frames of a propagating error included. On CPU the search needs
-no figures (``True``: it fit). Imports torch: trial side only.
+frees what the probe left, the frames of a propagating error included (:func:`forget_frames`).
+On CPU the search needs no figures (``True``: it fit). Imports torch: trial side only.
 """
 
 from __future__ import annotations
 
 import gc
 import traceback
+from collections.abc import Callable
 
 import torch
 
@@ -54,4 +56,26 @@ def release(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-__all__ = ["forget_frames", "measured", "release", "start"]
+def measuring(
+    steps: Callable[[int], object], device: torch.device
+) -> Callable[[int], Probe | bool]:
+    """The ``fits(n)`` for ``ctx.find_batch_size``: ``steps(n)`` between :func:`start` and
+    :func:`measured`. An error (out of memory or not) propagates to the search, with the
+    frames of ``steps`` cleared first; the memory is released either way. ``steps`` keeps its
+    tensors in its own locals, so they are gone once it returns or its frames are cleared."""
+
+    def fits(n: int) -> Probe | bool:
+        try:
+            start(device)
+            steps(n)
+            return measured(device)
+        except BaseException as exc:
+            forget_frames(exc)
+            raise
+        finally:
+            release(device)
+
+    return fits
+
+
+__all__ = ["forget_frames", "measured", "measuring", "release", "start"]

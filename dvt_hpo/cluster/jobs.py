@@ -183,9 +183,10 @@ def cancel_study(spec: StudySpec, *, out: Callable[[str], None]) -> list[str]:
     run again and which are left RUNNING (a worker killed before it recorded them)."""
     from optuna.trial import TrialState
 
-    from dvt_hpo.store.reader import open_existing_storage
+    from dvt_hpo.store.opening import StudyAt
 
-    storage, study_id = open_existing_storage(spec)
+    opened = StudyAt.of(spec).load()
+    storage, study_id = opened.storage, opened.study_id
     cancelled = cancel_study_jobs(storage, study_id, out=out)
     if not cancelled:
         out(f"study {spec.study.name!r}: no Slurm job of it is queued or running")

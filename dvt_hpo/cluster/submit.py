@@ -99,7 +99,7 @@ def submit_study(
 ) -> Submitted:
     """Submit the study's workers; returns the job (its id recorded in the study)."""
     from dvt_hpo.cluster.jobs import record_job
-    from dvt_hpo.study.setup import open_study
+    from dvt_hpo.study.setup import open_for_run
 
     cluster = spec.cluster or ClusterSpec(logs=spec.trials.runs_dir / "slurm")
     if workers is not None:
@@ -123,7 +123,8 @@ def submit_study(
             "it records its trials (they are then retried once their heartbeat is stale)"
         )
     # Created (or checked) once here: the workers find it and never race to create it.
-    _, storage, study_id = open_study(spec, allow_space_change=allow_space_change, out=out)
+    opened = open_for_run(spec, allow_space_change=allow_space_change, out=out)
+    storage, study_id = opened.storage, opened.study_id
     cluster.logs.mkdir(parents=True, exist_ok=True)
     executor = submitit.SlurmExecutor(folder=cluster.logs)
     executor.update_parameters(**sbatch_parameters(spec, cluster))

@@ -1,6 +1,7 @@
 """The study file as typed dataclasses: what :func:`dvt_hpo.studyfile.load_spec` returns.
 
-Stdlib only (no optuna, no yaml): the trial process imports :class:`BatchSizeSpec` from here.
+Stdlib only (no optuna, no yaml). The ``batch_size`` section, :class:`BatchSizeSpec`, lives with
+the batch size in :mod:`dvt_hpo.batch.spec` (the payload carries it) and is named here too.
 Each section is described once: the plain fields carry their type, default and range
 (:func:`dvt_hpo.config.schema.rule`) and are checked by the one schema engine; fields marked
 :func:`dvt_hpo.config.schema.domain` are checked by the section's code (storage URLs, devices, Optuna
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from dvt_hpo.batch.spec import BatchSizeSpec
 from dvt_hpo.config.schema import domain, rule
 
 __all__ = [
@@ -373,46 +375,6 @@ class TrialsSpec:
         ge=0,
         doc="At most one resume save per this many seconds, at the end of an epoch (0: every "
         "epoch).",
-    )
-
-
-@dataclass(frozen=True)
-class BatchSizeSpec:
-    """Section ``batch_size``: find, in each trial, the largest batch size that fits in memory,
-    by real probe steps."""
-
-    auto: bool = rule(False, doc="Search the batch size in every trial.")
-    path: str = domain(
-        "data.batch_size",
-        doc="The trainer config's field the found size is written to.",
-        accepts="a dotted path",
-    )
-    min: int = rule(1, ge=1, doc="The smallest size tried; a trial where it does not fit fails.")
-    max: int = rule(
-        1024, ge=1, doc="The largest size tried (never above the training samples per process)."
-    )  # >= min, checked by the section's code
-    start: int | None = rule(
-        None, ge=1, doc="The first size probed.", shown_default="`min`"
-    )  # default: min
-    multiple_of: int = rule(1, ge=1, doc="Every size tried is a multiple of this.")
-    tolerance: float = rule(
-        0.02, gt=0, le=0.5, doc="Stop bisecting once within this share of the limit."
-    )
-    effective: int | None = rule(
-        None,
-        ge=1,
-        doc="Keep the optimization batch at this size through gradient accumulation.",
-    )
-    accumulate_path: str = domain(
-        "precision.accumulate_steps",
-        doc="The field that receives the accumulation steps when `effective` is set.",
-        accepts="a dotted path",
-    )
-    memory_keys: tuple[str, ...] = domain(
-        (),
-        doc="Config fields that decide memory: trials equal on them reuse a found size from "
-        "the study's cache.",
-        accepts="a list of dotted paths",
     )
 
 

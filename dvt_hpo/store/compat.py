@@ -8,7 +8,7 @@ one, so they refuse the run (exit 2), as a changed search space does unless
 trials are chosen or stopped, not what earlier values mean.
 
 :func:`compare` is pure: the caller gives the stored study (the study loop:
-:meth:`StoredStudy.from_study`) and stores :func:`settings_attrs` once the run is accepted.
+:meth:`~dvt_hpo.store.opening.StoredStudy.from_study`) and stores :func:`settings_attrs` once the run is accepted.
 :func:`check_stored_study` reads it first, without writing (``validate``, and ``run`` before
 its storage is opened, so a refused run writes nothing).
 """
@@ -23,7 +23,7 @@ from dvt_hpo.exceptions import SpecError
 
 if TYPE_CHECKING:
     from dvt_hpo.spec.model import StudySpec
-    from dvt_hpo.store.stored_study import StoredStudy
+    from dvt_hpo.store.opening import StoredStudy
 
 __all__ = [
     "ATTR_PREFIX",
@@ -236,10 +236,10 @@ def check_stored_study(
     """Read the study stored under ``spec``'s name without writing anything and compare:
     ``(None, None)`` when there is none yet; raises the :func:`refusal_error` (exit 2), or
     :class:`~dvt_hpo.exceptions.DvtHpoError` (one line) when the storage cannot be read."""
-    from dvt_hpo.store.stored_study import read_stored_study
+    from dvt_hpo.store.opening import StudyAt
     from dvt_hpo.text.redact import redact_url
 
-    stored = read_stored_study(spec.study.storage, spec.study.name, source=spec.path)
+    stored = StudyAt.of(spec).read()
     if stored is None:
         return None, None
     comparison = compare(spec, stored, allow_space_change=allow_space_change)

@@ -1,4 +1,8 @@
-"""The study database: opening Optuna storages, creating or loading a study without races.
+"""The study database's Optuna storages: building one for a URL, drivers, heartbeats, WAL.
+
+A study is opened through :class:`dvt_hpo.store.opening.StudyAt` (create or load under the
+creation lock, load an existing one, read without writing); this module builds the storages it
+opens on.
 
 Supported URLs (see :mod:`dvt_hpo.studyfile.urls` for ``${VAR}`` expansion and redaction):
 
@@ -20,22 +24,16 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import gc
 import inspect
-import random
 import sqlite3
-import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dvt_hpo.exceptions import DvtHpoError, StudyNotFoundError
-from dvt_hpo.optuna_api.private import storage_of, study_id_of, uncached
-from dvt_hpo.store.errors import storage_error
-from dvt_hpo.store.lock import creation_lock, lock_connect_args, retry_creation_race
-from dvt_hpo.store.queries import add_indexes
+from dvt_hpo.optuna_api.private import storage_of, uncached
+from dvt_hpo.store.lock import lock_connect_args
 from dvt_hpo.studyfile.urls import (
     expand_env,
     journal_path,
@@ -143,7 +141,7 @@ def retry_callback(max_retries: int | None) -> Any:
     cls = getattr(storages, "RetryHeartbeatStaleTrialCallback", None)
     if cls is None:  # pragma: no cover - optuna < 4.9
         cls = storages.RetryFailedTrialCallback
-    with _quiet_experimental():
+    with quiet_experimental():
         callback = cls(max_retry=max_retries)
 
     def retry(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
@@ -167,7 +165,7 @@ def retry_callback(max_retries: int | None) -> Any:
 
 
 @contextlib.contextmanager
-def _quiet_experimental() -> Iterator[None]:
+def quiet_experimental() -> Iterator[None]:
     # Heartbeats and the retry callback have been "experimental" in Optuna since 2.8 and are
     # used here on purpose; the warning would only alarm users on every run.
     import optuna
@@ -223,7 +221,7 @@ def _prepare_sqlite(path: Path) -> None:
         conn.close()
 
 
-def _engine_kwargs(url: str) -> dict[str, Any]:
+def engine_kwargs(url: str) -> dict[str, Any]:
     kind = storage_kind(url)
     if kind == "sqlite":
         return {"connect_args": {"timeout": _SQLITE_BUSY_TIMEOUT_S}}
@@ -242,7 +240,7 @@ def _engine_kwargs(url: str) -> dict[str, Any]:
     return kwargs
 
 
-def _rdb_storage(
+def rdb_storage(
     url: str, heartbeat: HeartbeatSettings | None, **extra: Any
 ) -> optuna.storages.RDBStorage:
     import optuna
@@ -252,7 +250,7 @@ def _rdb_storage(
     # PgBouncer pool of N server connections, N workers loading at the same instant each hold
     # one and wait for another, forever. ``check_schema`` compares on one connection at a time.
     kwargs: dict[str, Any] = {
-        "engine_kwargs": _engine_kwargs(url),
+        "engine_kwargs": engine_kwargs(url),
         "skip_compatibility_check": True,
         **extra,
     }
@@ -266,7 +264,7 @@ def _rdb_storage(
             else "failed_trial_callback"
         )
         kwargs[callback_kw] = retry_callback(heartbeat.max_retries)
-    with _quiet_experimental():
+    with quiet_experimental():
         storage = optuna.storages.RDBStorage(url, **kwargs)
     if check:
         check_schema(storage)
@@ -294,262 +292,23 @@ def check_schema(storage: optuna.storages.RDBStorage) -> None:
     )
 
 
-def _journal_storage(path: Path) -> optuna.storages.BaseStorage:
+def journal_storage(path: Path) -> optuna.storages.BaseStorage:
     from optuna.storages.journal import JournalFileBackend, JournalStorage
 
     return JournalStorage(JournalFileBackend(str(path)))
 
 
-def _open(url: str, heartbeat: HeartbeatSettings | None) -> optuna.storages.BaseStorage:
+def make_storage(url: str, heartbeat: HeartbeatSettings | None) -> optuna.storages.BaseStorage:
     kind = storage_kind(url)
     if kind == "journal":
         path = journal_path(url)
         assert path is not None
         path.parent.mkdir(parents=True, exist_ok=True)
-        return _journal_storage(path)
+        return journal_storage(path)
     db = sqlite_path(url)
     if db is not None:
         _prepare_sqlite(db)
-    return _rdb_storage(url, heartbeat)
-
-
-def open_storage(
-    url: str,
-    heartbeat: HeartbeatSettings | None = None,
-    *,
-    source: str | Path | None = None,
-) -> optuna.storages.BaseStorage:
-    """Open (creating if needed) the Optuna storage at ``url``; one
-    :class:`~dvt_hpo.store.errors.StorageError` line on any failure.
-
-    With ``heartbeat``, RDB storages record trial heartbeats and fail trials whose heartbeat
-    went stale (their orchestrator died), re-enqueueing their params through Optuna's retry
-    callback. Journal storages have no heartbeat in Optuna; the runner reconciles them itself.
-    Prefer :func:`create_or_load_study`, which also closes the creation race between workers.
-    """
-    try:
-        with creation_lock(url):
-            return _open(url, heartbeat)
-    except DvtHpoError:
-        raise
-    except Exception as exc:
-        raise storage_error(exc, url, source=source) from None
-
-
-def create_or_load_study(
-    url: str,
-    name: str,
-    directions: Sequence[str],
-    *,
-    sampler: optuna.samplers.BaseSampler | None = None,
-    pruner: optuna.pruners.BasePruner | None = None,
-    heartbeat: HeartbeatSettings | None = None,
-    init: Callable[[optuna.Study], None] | None = None,
-    source: str | Path | None = None,
-) -> optuna.Study:
-    """Open the storage at ``url`` and create the study ``name`` or load it if it exists, safely
-    when many workers (processes, machines) do so at the same instant on a fresh database.
-
-    The schema creation, the study creation and ``init(study)`` (e.g. storing the study's
-    settings as user attrs, which races too) run under the database's creation lock
-    (:mod:`dvt_hpo.store.lock`). A stored study keeps its directions: compare
-    ``study.directions`` with yours afterwards. Failures to reach or open the database raise
-    one :class:`~dvt_hpo.store.errors.StorageError` line; errors raised by ``init`` (e.g. a
-    :class:`~dvt_hpo.exceptions.SpecError`) propagate unchanged.
-    """
-    import optuna
-
-    # The storages an attempt opened: closed when it fails, so that a worker waiting for a
-    # full server holds none of its connections.
-    opened: list[Any] = []
-
-    def create() -> optuna.Study:
-        storage = _open(url, heartbeat)
-        opened.append(storage)
-        with _quiet_experimental():
-            study = optuna.create_study(
-                storage=storage,
-                study_name=name,
-                directions=list(directions),
-                sampler=sampler,
-                pruner=pruner,
-                load_if_exists=True,
-            )
-        if init is not None:
-            init(study)
-        if storage_kind(url) == "postgresql":
-            add_indexes(storage)
-            storage.set_study_system_attr(study_id_of(study), CREATED_ATTR, True)
-        return study
-
-    def load() -> optuna.Study:
-        # The schema and the study exist and their creator's init ran: no lock needed.
-        storage = _rdb_storage(url, heartbeat, skip_table_creation=True)
-        opened.append(storage)
-        with _quiet_experimental():
-            study = optuna.load_study(
-                study_name=name, storage=storage, sampler=sampler, pruner=pruner
-            )
-        if init is not None:
-            init(study)
-        return study
-
-    def ready(conn: Any) -> bool:
-        return _study_created(conn, name)
-
-    deadline = time.monotonic() + _FULL_SERVER_RETRY_S
-    pause = 0.1
-    while True:
-        try:
-            if storage_kind(url) == "postgresql":
-                if _study_created_at(url, name):
-                    return load()
-                with creation_lock(url, ready=ready) as held:
-                    if held:
-                        return create()
-                return load()
-            with creation_lock(url):
-                if storage_kind(url) in ("sqlite", "journal"):
-                    return create()
-                return retry_creation_race(create)
-        except DvtHpoError:
-            raise
-        except Exception as exc:
-            # A server at max_connections refuses new ones until some close: wait (workers
-            # started by the hundred end up queued here), as for a lock.
-            if not is_server_full(exc) or time.monotonic() >= deadline:
-                raise storage_error(exc, url, source=source) from None
-        for storage in opened:
-            with contextlib.suppress(Exception):
-                storage.engine.dispose()
-        opened.clear()
-        # A storage whose constructor failed is reachable only from the exception's frames, a
-        # reference cycle: collect it now, closing its connections, not at some later GC.
-        gc.collect()
-        time.sleep(random.uniform(pause / 2, pause))
-        pause = min(pause * 2, 4.0)
-
-
-# Marks a PostgreSQL study whose creation (schema, study, init) is complete, so later workers
-# load it without the creation lock.
-CREATED_ATTR = "dvt_hpo:created"
-# How long opening a study waits for a server that refuses connections (max_connections).
-_FULL_SERVER_RETRY_S = 600.0
-_FULL_SERVER_WORDS = ("too many clients", "remaining connection slots are reserved")
-
-
-def is_server_full(exc: BaseException) -> bool:
-    """Whether ``exc`` is the server refusing a connection because it has max_connections."""
-    current: BaseException | None = exc
-    while current is not None:
-        if any(w in str(current).lower() for w in _FULL_SERVER_WORDS):
-            return True
-        current = current.__cause__ or current.__context__
-    return False
-
-
-def _study_created(conn: Any, name: str) -> bool:
-    """Whether study ``name`` exists with its creation complete (``CREATED_ATTR``)."""
-    import sqlalchemy
-
-    if not sqlalchemy.inspect(conn).has_table("study_system_attributes"):
-        return False
-    row = conn.execute(
-        sqlalchemy.text(
-            "SELECT 1 FROM studies s JOIN study_system_attributes a ON a.study_id = s.study_id "
-            "WHERE s.study_name = :name AND a.key = :key"
-        ),
-        {"name": name, "key": CREATED_ATTR},
-    ).first()
-    conn.rollback()
-    return row is not None
-
-
-def _study_created_at(url: str, name: str) -> bool:
-    import sqlalchemy
-    from sqlalchemy.pool import NullPool
-
-    engine = sqlalchemy.create_engine(url, poolclass=NullPool, connect_args=lock_connect_args(url))
-    try:
-        with engine.connect() as conn:
-            return _study_created(conn, name)
-    finally:
-        engine.dispose()
-
-
-def open_existing(
-    url: str,
-    name: str,
-    *,
-    heartbeat: HeartbeatSettings | None = None,
-    source: str | Path | None = None,
-) -> optuna.Study:
-    """Load the existing study ``name`` for a command that must never create anything
-    (``status``, ``best``, ``validate`` of a stored study). A missing file, database, schema or
-    study raises :class:`~dvt_hpo.store.errors.StudyNotFoundError`, and nothing is written.
-    """
-    import optuna
-
-    kind = storage_kind(url)
-    path = sqlite_path(url) or journal_path(url)
-    if kind in ("sqlite", "journal") and (path is None or not path.is_file()):
-        raise StudyNotFoundError(
-            f"no study database yet: {path} does not exist",
-            url=url,
-            hint="run `dvt-hpo run` on the study file first",
-            source=source,
-        )
-    try:
-        if kind == "journal":
-            assert path is not None
-            storage: optuna.storages.BaseStorage = _journal_storage(path)
-        else:
-            _require_schema(url)
-            storage = _rdb_storage(url, heartbeat)
-        with _quiet_experimental():
-            return optuna.load_study(study_name=name, storage=storage)
-    except KeyError:
-        names = _study_names(storage)
-        listed = f"; it holds {', '.join(repr(n) for n in names)}" if names else "; it is empty"
-        raise StudyNotFoundError(
-            f"no study named {name!r} in this database{listed}",
-            url=url,
-            hint="check study.name, or run `dvt-hpo run` first",
-            source=source,
-        ) from None
-    except DvtHpoError:
-        raise
-    except Exception as exc:
-        raise storage_error(exc, url, source=source) from None
-
-
-def _require_schema(url: str) -> None:
-    """Raise StudyNotFoundError when the database has no Optuna tables: opening it with
-    ``RDBStorage`` would create them."""
-    import sqlalchemy
-    from sqlalchemy.pool import NullPool
-
-    kwargs = _engine_kwargs(url)
-    kwargs.pop("pool_pre_ping", None)
-    kwargs.pop("pool_size", None)
-    engine = sqlalchemy.create_engine(url, poolclass=NullPool, **kwargs)
-    try:
-        with engine.connect() as conn:
-            has_studies = sqlalchemy.inspect(conn).has_table("studies")
-    finally:
-        engine.dispose()
-    if not has_studies:
-        raise StudyNotFoundError(
-            "the database has no Optuna study tables yet",
-            url=url,
-            hint="run `dvt-hpo run` on the study file first",
-        )
-
-
-def _study_names(storage: Any) -> list[str]:
-    with contextlib.suppress(Exception):
-        return sorted(s.study_name for s in storage.get_all_studies())
-    return []
+    return rdb_storage(url, heartbeat)
 
 
 def study_storage(study: optuna.Study) -> optuna.storages.BaseStorage:
@@ -569,12 +328,16 @@ __all__ = [
     "MACHINE_RETRIES_ATTR",
     "HeartbeatSettings",
     "check_storage_driver",
-    "create_or_load_study",
+    "check_schema",
+    "engine_kwargs",
     "expand_env",
     "journal_path",
-    "open_existing",
-    "open_storage",
+    "journal_storage",
+    "make_storage",
+    "quiet_experimental",
+    "rdb_storage",
     "retry_callback",
+    "study_storage",
     "supports_heartbeat",
     "unreachable_reason",
 ]

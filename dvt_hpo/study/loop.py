@@ -52,7 +52,7 @@ from dvt_hpo.study.handle import StudyHandle
 from dvt_hpo.study.observers import ObserverFactory, Observers
 from dvt_hpo.study.setup import (
     check_runs_dir,
-    open_study,
+    open_for_run,
     reseeded_sampler,
     study_settings,
 )
@@ -151,7 +151,7 @@ class StudyRunner:
         # fail only once the study is written.
         check_runs_dir(self.spec)
         try:
-            self.study, self.storage, self.study_id = open_study(
+            opened = open_for_run(
                 self.spec, allow_space_change=self.allow_space_change, out=self.out
             )
         except DvtHpoError:
@@ -162,6 +162,7 @@ class StudyRunner:
                 f"cannot open study.storage {redact_url(self.spec.study.storage)}: "
                 f"{type(exc).__name__}: {first}"
             ) from exc
+        self.study, self.storage, self.study_id = opened.study, opened.storage, opened.study_id
         self.cache = StudyCache(self.storage, self.study_id, self.study_lock)
         self.handle = StudyHandle(
             spec=self.spec,

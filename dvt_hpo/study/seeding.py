@@ -73,7 +73,7 @@ def read_warm_start(spec: StudySpec) -> Seeds:
     from dvt_hpo.sampling.constraints import is_feasible
     from dvt_hpo.sampling.space import distributions
     from dvt_hpo.store import compat
-    from dvt_hpo.store.storage import open_existing
+    from dvt_hpo.store.opening import StudyAt
 
     warm = spec.study.warm_start
     seeds = Seeds()
@@ -81,7 +81,7 @@ def read_warm_start(spec: StudySpec) -> Seeds:
         return seeds
     url = warm.storage or spec.study.storage
     try:
-        source = open_existing(url, warm.study, source=spec.path)
+        source = StudyAt(url, warm.study, spec.path).load().study
     except Exception as exc:  # noqa: BLE001 - one line naming the field, the URL redacted
         text = redact_url(str(getattr(exc, "message", exc)))
         raise _error(

@@ -1,6 +1,7 @@
-"""Opening a study for a run: storage, direction and search-space checks, sampler and pruner,
-and the study file's settings written into the study's attrs. (The batch-size cache every
-worker shares through the study's system attrs is :mod:`dvt_hpo.batch.cache`.)"""
+"""A run's start on its study: the study opened (or created) through
+:meth:`dvt_hpo.store.opening.StudyAt.create_or_load` with the direction and search-space checks
+under its creation lock, then the sampler and pruner, the study file's settings written into the
+study's attrs, its start and its seeds."""
 
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ from dvt_hpo.exceptions import SpecError
 from dvt_hpo.optuna_api.private import storage_of, study_id_of
 from dvt_hpo.store import compat
 from dvt_hpo.store.lock import LOCK_TIMEOUT_S, retry_lock
+from dvt_hpo.store.opening import OpenStudy, StoredStudy, StudyAt
 from dvt_hpo.store.queries import count_trials
-from dvt_hpo.store.storage import HeartbeatSettings, create_or_load_study, study_storage
-from dvt_hpo.store.stored_study import StoredStudy
+from dvt_hpo.store.storage import HeartbeatSettings
 from dvt_hpo.study.seeding import seed_study
 from dvt_hpo.text.redact import redact_url
 
@@ -31,10 +32,10 @@ if TYPE_CHECKING:
 ATTR_PREFIX = compat.ATTR_PREFIX
 
 
-def open_study(
+def open_for_run(
     spec: StudySpec, *, allow_space_change: bool, out: Callable[[str], None]
-) -> tuple[optuna.Study, Any, int]:
-    """``(study, storage, study_id)``, created or loaded, checked against the study file."""
+) -> OpenStudy:
+    """The run's study, created or loaded, checked against the study file, set up to run."""
     import optuna
 
     from dvt_hpo.sampling.optuna_factory import build_pruner, build_sampler
@@ -51,18 +52,14 @@ def open_study(
         # database see one study and one set of stored settings.
         check_settings(study, spec, allow_space_change=allow_space_change, out=out)
 
-    study = create_or_load_study(
-        spec.study.storage,
-        spec.study.name,
+    opened = StudyAt.of(spec).create_or_load(
         list(spec.objective.directions),
         heartbeat=HeartbeatSettings(
             spec.study.heartbeat_interval_s, spec.study.grace_period_s, spec.trials.max_retries
         ),
         init=init,
-        source=spec.path,
     )
-    storage = study_storage(study)
-    study_id = storage.get_study_id_from_name(spec.study.name)
+    study, storage, study_id = opened.study, opened.storage, opened.study_id
     # Replaced at this worker's first ask by reseeded_sampler (a seed unique to the worker);
     # until then it only sees that ask's before_trial hook, which draws nothing.
     existing = count_trials(storage, study_id)
@@ -83,7 +80,7 @@ def open_study(
     lock = functools.partial(retry_lock, spec.study.storage, study_id, timeout_s=LOCK_TIMEOUT_S)
     mark_started(storage, study_id, lock)
     seed_study(study, storage, study_id, spec, lock, out)
-    return study, storage, study_id
+    return opened
 
 
 def reseeded_sampler(spec: StudySpec, first_number: int) -> optuna.samplers.BaseSampler:
@@ -167,7 +164,7 @@ __all__ = [
     "ATTR_PREFIX",
     "check_runs_dir",
     "check_settings",
-    "open_study",
+    "open_for_run",
     "reseeded_sampler",
     "runs_dir_problem",
 ]

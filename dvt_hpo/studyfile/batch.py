@@ -1,6 +1,6 @@
 """Section ``batch_size``: the per-trial batch-size search and where its result is written.
 
-Plain fields are checked by the schema engine from :class:`~dvt_hpo.spec.model.BatchSizeSpec`;
+Plain fields are checked by the schema engine from :class:`~dvt_hpo.batch.spec.BatchSizeSpec`;
 the code here checks the bounds that depend on each other and the paths against the trainer
 config (integer fields, not searched, the built-in trainer's fixed paths).
 """
@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dvt_hpo.batch.spec import BatchSizeSpec
 from dvt_hpo.config.hints import describe
 from dvt_hpo.config.schema import type_name, value_fits_type
 from dvt_hpo.config.source import Key
-from dvt_hpo.spec.model import BatchSizeSpec, Dimension
+from dvt_hpo.spec.model import Dimension
 from dvt_hpo.studyfile.fields import Reader
 from dvt_hpo.studyfile.trainer import config_value, field_type
 

@@ -12,11 +12,12 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dvt_hpo.batch.spec import BatchSizeSpec
 from dvt_hpo.command.template import RESERVED, TemplateError, placeholders
 from dvt_hpo.config.hints import describe, did_you_mean
 from dvt_hpo.config.paths import get_path, parse_path
 from dvt_hpo.config.source import Key
-from dvt_hpo.spec.model import COMMAND_ENTRYPOINT, BatchSizeSpec, Dimension, TrainerSpec
+from dvt_hpo.spec.model import COMMAND_ENTRYPOINT, Dimension, TrainerSpec
 from dvt_hpo.studyfile.fields import Reader
 
 __all__ = ["check_command", "read_command"]

@@ -372,22 +372,25 @@ def make_fits(
 
     Returns a ``dvt_hpo.batch.search.Probe`` with the peak and the memory allowed (the GPU, or the
     trial's share of it under ``trials.per_gpu``) on CUDA, ``True``
-    elsewhere. Out-of-memory errors propagate (the search classifies them); memory is freed
-    first, including the locals of the frames in the exception's traceback.
+    elsewhere (:func:`dvt_hpo.batch.probe.measuring` around these steps). Out-of-memory errors
+    propagate (the search classifies them); memory is freed first, including the locals of the
+    frames in the exception's traceback.
     """
     precision = Precision.from_config(cfg.precision, device)
     cuda = device.type == "cuda"
 
-    def fits(n: int) -> Any:
-        model = optimizer = ema = eval_model = buckets = inputs = labels = logits = loss = None
+    def steps(n: int) -> None:
         rows = n + math.ceil(n * PROBE_HEADROOM)
+        model = build_model(cfg.model, in_shape, num_classes).to(device)
+        optimizer = build_optimizer(cfg.optim, model.parameters())
         try:
-            probe.start(device)
-            model = build_model(cfg.model, in_shape, num_classes).to(device)
-            optimizer = build_optimizer(cfg.optim, model.parameters())
             ema = Ema(model, cfg.ema) if cfg.ema.enabled else None
-            if ddp:
-                buckets = torch.empty(sum(p.numel() for p in model.parameters()), device=device)
+            # A stand-in for DDP's gradient buckets, alive through every step.
+            buckets = (
+                torch.empty(sum(p.numel() for p in model.parameters()), device=device)
+                if ddp
+                else None
+            )
             scaler = precision.scaler()
             inputs = torch.rand(rows, *in_shape, device=device)
             labels = torch.randint(0, num_classes, (rows,), device=device)
@@ -411,18 +414,11 @@ def make_fits(
             eval_model.eval()
             with torch.no_grad(), precision.autocast():
                 logits = eval_model(inputs)
-            return probe.measured(device)
-        except BaseException as exc:
-            probe.forget_frames(exc)
-            raise
+            del buckets
         finally:
-            if optimizer is not None:
-                optimizer.zero_grad(set_to_none=True)
-            # Dropping the names (this frame stays alive in a propagating traceback) frees them.
-            del model, optimizer, ema, eval_model, buckets, inputs, labels, logits, loss
-            probe.release(device)
+            optimizer.zero_grad(set_to_none=True)
 
-    return fits
+    return probe.measuring(steps, device)
 
 
 # --------------------------------------------------------------------------------------------

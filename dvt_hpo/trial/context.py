@@ -2,33 +2,35 @@
 
 :class:`TrialContext` talks to the orchestrator over the control channel (inside a study);
 :class:`LocalContext` runs the same entry point outside one (``dvt-hpo train``): it prints the
-reports and runs the batch-size search without the study's cache. Neither imports torch.
+reports and runs the batch-size search without the study's cache. Neither imports torch. The
+batch-size decision itself is :func:`dvt_hpo.batch.choice.choose_batch_size`; the contexts give
+it their settings, cache channel and user attrs.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 import os
 import sys
 import threading
-import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from dvt_hpo.batch.search import Probe, ProbeRecord, SearchResult, find_batch_size
-from dvt_hpo.exceptions import BatchSizeError, TrialPruned, TrialStopped
+from dvt_hpo.batch.choice import (
+    BatchSizeChoice,
+    CacheChannel,
+    choose_batch_size,
+    settings_from_mapping,
+)
+from dvt_hpo.batch.search import Probe
+from dvt_hpo.exceptions import TrialPruned, TrialStopped
 from dvt_hpo.report import check_report
 from dvt_hpo.trial.resume_state import ResumeAPI
 from dvt_hpo.wire.control_client import ControlClient
 
 if TYPE_CHECKING:
-    from dvt_hpo.spec.model import BatchSizeSpec
-
-CacheStatus = Literal["hit", "miss", "stale", "off"]
+    from dvt_hpo.batch.spec import BatchSizeSpec
 
 
 # The stop signal this trial process received (the trial process's SIGTERM handler sets it), so that a
@@ -51,72 +53,6 @@ def raise_if_stopped() -> None:
         raise TrialStopped(_stop_received)
 
 
-@dataclass(frozen=True)
-class BatchSizeChoice:
-    """What :meth:`TrialContext.find_batch_size` decided."""
-
-    batch_size: int  # per step (and per process under DDP)
-    accumulate_steps: int  # 1 unless batch_size.effective is set
-    found: int  # the size the search (or the verified cache) found, after agreement
-    probes: int  # calls of fits
-    probe_s: float  # wall time of the whole decision, probes included
-    cache: CacheStatus
-    probe_sizes: tuple[int, ...]  # the sizes probed, in order
-    records: tuple[ProbeRecord, ...] = ()
-    # The training samples per process when they capped the search below batch_size.max and
-    # the search reached that cap (memory did not stop it first): a batch larger than the data
-    # holds is never filled, however much memory there is.
-    data_cap: int | None = None
-
-    def user_attrs(self) -> dict[str, Any]:
-        """The Optuna user attrs a trial records for its batch size."""
-        attrs: dict[str, Any] = {
-            "batch_size": self.batch_size,
-            "batch_size_found": self.found,
-            "accumulate_steps": self.accumulate_steps,
-            "batch_size_probes": self.probes,
-            "batch_size_probe_s": round(self.probe_s, 3),
-            "batch_size_cache": self.cache,
-            "batch_size_probe_sizes": list(self.probe_sizes),
-        }
-        if self.data_cap is not None:
-            attrs["batch_size_data_cap"] = self.data_cap
-        return attrs
-
-    def cap_note(self) -> str | None:
-        """What a trial says when the training set capped the search."""
-        if self.data_cap is None:
-            return None
-        return (
-            f"batch size search capped at {self.data_cap}, the training samples per process "
-            "(a larger batch is never filled)"
-        )
-
-
-def effective_split(found: int, effective: int | None) -> tuple[int, int]:
-    """``(batch_size, accumulate_steps)`` reaching ``effective`` samples per optimizer step
-    with steps of at most ``found`` samples; ``(found, 1)`` without ``effective``."""
-    if effective is None:
-        return found, 1
-    accumulate = math.ceil(effective / found)
-    return math.ceil(effective / accumulate), accumulate
-
-
-def _grid_top(settings: BatchSizeSpec) -> int:
-    """The largest size the search tries: ``max`` rounded down to ``multiple_of`` (``max``
-    when no multiple lies in ``[min, max]``)."""
-    top = settings.max - settings.max % settings.multiple_of
-    return top if top >= settings.min else settings.max
-
-
-def cache_entry_key(cache_key: str, device: str, data_cap: int | None = None) -> str:
-    """The study cache's key: the payload's ``cache_key``, the device description and the cap
-    the training set put on the search (a size found under one cap is no answer for a larger
-    one)."""
-    text = f"{cache_key}\n{device}" + (f"\ncap {data_cap}" if data_cap is not None else "")
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 def distributed_env(env: Mapping[str, str] | None = None) -> tuple[int, int, int]:
     """``(rank, local_rank, world_size)`` from torchrun's variables; ``(0, 0, 1)`` without."""
     env = os.environ if env is None else env
@@ -131,16 +67,6 @@ def distributed_env(env: Mapping[str, str] | None = None) -> tuple[int, int, int
             raise ValueError(f"${name} must be an int, got {value!r}") from None
 
     return read("RANK", 0), read("LOCAL_RANK", 0), read("WORLD_SIZE", 1)
-
-
-def _batch_size_spec(data: Mapping[str, Any]) -> BatchSizeSpec:
-    """A ``batch_size`` section given as a plain mapping (by hand, outside a study): its keys
-    and types are checked here; the search checks its bounds when it runs."""
-    from dvt_hpo.config.schema import from_wire_mapping
-    from dvt_hpo.spec.model import BatchSizeSpec
-
-    spec: BatchSizeSpec = from_wire_mapping(BatchSizeSpec, data, "batch_size", TypeError)
-    return spec
 
 
 def _format_value(value: float) -> str:
@@ -266,101 +192,23 @@ class _BaseContext(ResumeAPI):
         settings = self.batch_size_settings
         if settings is None or not settings.auto:
             return None
-        cap: int | None = None
-        if samples is not None and samples < settings.max:
-            cap = max(1, int(samples))
-            # The search's bounds under the cap (min itself when the data is smaller).
-            settings = replace(
-                settings,
-                max=cap,
-                min=min(settings.min, cap),
-                start=None if settings.start is None else min(settings.start, cap),
-            )
-        began = time.perf_counter()
-        records: list[ProbeRecord] = []
-        cached: int | None = None
-        key: str | None = None
-        status: CacheStatus = "off"
+        cache = None
         if self._cache_enabled() and self.cache_key:
-            key = cache_entry_key(self.cache_key, device, cap)
-            cached = self._usable_cached_size(self._cache_get(key), settings)
-            status = "miss"
-        local: int | None = None
-        if cached is not None:
-            try:
-                check = find_batch_size(
-                    fits, low=cached, high=cached, start=cached, multiple_of=1, tolerance=0.0
-                )
-            except BatchSizeError as exc:
-                records.extend(getattr(exc, "probes", ()))
-                status = "stale"
-            else:
-                records.extend(check.probes)
-                status = "hit"
-                local = cached
-        if local is None:
-            try:
-                result: SearchResult = find_batch_size(
-                    fits,
-                    low=settings.min,
-                    high=settings.max,
-                    start=settings.start,
-                    multiple_of=settings.multiple_of,
-                    tolerance=settings.tolerance,
-                )
-            except BatchSizeError as exc:
-                # A failed trial shows what was tried, to tell "min too big" from a bad fits.
-                records.extend(getattr(exc, "probes", ()))
-                self.set_user_attrs(
-                    {
-                        "batch_size_probes": len(records),
-                        "batch_size_probe_sizes": [r.size for r in records],
-                        "batch_size_probe_s": round(time.perf_counter() - began, 3),
-                    }
-                )
-                raise
-            records.extend(result.probes)
-            local = result.size
-        found = local
-        if agree is not None:
-            found = agree(local)
-            if isinstance(found, bool) or not isinstance(found, int) or found < 1:
-                raise TypeError(f"agree({local}) must return an int >= 1, got {found!r}")
-        if key is not None and self.is_chief and (status != "hit" or found != cached):
-            self._cache_put(
-                key,
-                {"batch_size": found, "device": device, "trial_number": self.trial_number},
-            )
-        batch_size, accumulate = effective_split(found, settings.effective)
-        choice = BatchSizeChoice(
-            batch_size=batch_size,
-            accumulate_steps=accumulate,
-            found=found,
-            probes=len(records),
-            probe_s=time.perf_counter() - began,
-            cache=status,
-            probe_sizes=tuple(r.size for r in records),
-            records=tuple(records),
-            data_cap=cap if cap is not None and found >= _grid_top(settings) else None,
+            cache = CacheChannel(self._cache_get, self._cache_put, self.cache_key)
+        choice = choose_batch_size(
+            fits,
+            settings,
+            device=device,
+            agree=agree,
+            samples=samples,
+            cache=cache,
+            chief=self.is_chief,
+            trial_number=self.trial_number,
+            set_attrs=self.set_user_attrs,
         )
-        if (note := choice.cap_note()) is not None and self.is_chief:
-            print(f"dvt-hpo: {note}", file=sys.stderr, flush=True)
         self.batch_size_choice = choice
         self.set_user_attrs(choice.user_attrs())
         return choice
-
-    @staticmethod
-    def _usable_cached_size(entry: Any, settings: BatchSizeSpec) -> int | None:
-        """The cached size when it is valid for these settings (the bounds may have changed
-        since it was stored), else None."""
-        if not isinstance(entry, Mapping):
-            return None
-        size = entry.get("batch_size")
-        if isinstance(size, bool) or not isinstance(size, int):
-            return None
-        if not settings.min <= size <= settings.max:
-            return None
-        return size
 
 
 class TrialContext(_BaseContext):
@@ -447,7 +295,7 @@ class LocalContext(_BaseContext):
     ) -> None:
         rank, local_rank, world_size = distributed_env(env)
         if isinstance(batch_size, Mapping):
-            batch_size = _batch_size_spec(batch_size)
+            batch_size = settings_from_mapping(batch_size)
         super().__init__(
             trial_number=trial_number,
             params=params,
@@ -469,12 +317,9 @@ class LocalContext(_BaseContext):
 
 
 __all__ = [
-    "BatchSizeChoice",
     "LocalContext",
     "TrialContext",
-    "cache_entry_key",
     "distributed_env",
-    "effective_split",
     "note_stop",
     "raise_if_stopped",
 ]

@@ -60,9 +60,10 @@ def serve(
 ) -> None:
     """Serve the dashboard until interrupted (Ctrl-C ends it normally)."""
     dashboard = _import_dashboard()
-    from dvt_hpo.store.reader import open_existing_storage
+    from dvt_hpo.store.opening import StudyAt
 
-    storage, study_id = open_existing_storage(spec)
+    opened = StudyAt.of(spec).load()
+    storage, study_id = opened.storage, opened.study_id
     try:
         # optuna-dashboard's own run_server prints Bottle's banner before it binds; binding
         # here first makes a busy port one clear line and "listening" true when printed.

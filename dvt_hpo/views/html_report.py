@@ -241,10 +241,10 @@ def render_report(study: optuna.Study, spec: StudySpec) -> str:
 def write_report(spec: StudySpec, output: Path) -> None:
     """Render the spec's study to ``output`` (written atomically; nothing when it fails)."""
     from dvt_hpo.atomic import write_text_atomic
-    from dvt_hpo.store.reader import open_existing_study
+    from dvt_hpo.store.opening import StudyAt
 
     _require_plotly()
-    study = open_existing_study(spec)
+    study = StudyAt.of(spec).load().study
     text = render_report(study, spec)
     try:
         write_text_atomic(output, text)

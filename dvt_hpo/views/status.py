@@ -411,9 +411,10 @@ def format_status(status: StudyStatus) -> str:
 def show_status(spec: StudySpec, *, as_json: bool = False) -> str:
     from dvt_hpo.cluster.jobs import format_workers, study_workers
     from dvt_hpo.recovery.stopped_nodes import format_stopped, stopped_nodes
-    from dvt_hpo.store.reader import open_existing_storage
+    from dvt_hpo.store.opening import StudyAt
 
-    storage, study_id = open_existing_storage(spec)
+    opened = StudyAt.of(spec).load()
+    storage, study_id = opened.storage, opened.study_id
     status = read_status(storage, study_id, spec)
     # The workers of the study's Slurm jobs (none unless `dvt-hpo submit` ran).
     by_worker: dict[str, list[int]] = {}

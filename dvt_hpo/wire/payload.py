@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from dvt_hpo.atomic import write_json_atomic
+from dvt_hpo.batch.spec import BatchSizeSpec
 from dvt_hpo.config.schema import from_wire_mapping
 from dvt_hpo.devices.gpu_share import GpuShare
 from dvt_hpo.devices.slots import Devices
-from dvt_hpo.spec.model import BatchSizeSpec
 from dvt_hpo.wire.protocol import PROTOCOL_VERSION
 
 

@@ -11,8 +11,8 @@ import yaml
 
 from dvt_hpo.budget.trials import OVER_BUDGET_ATTR, Attempt, uncounted, uncounted_attempts
 from dvt_hpo.recovery import retries
-from dvt_hpo.store.reader import open_existing_storage
-from dvt_hpo.store.storage import open_storage, retry_callback
+from dvt_hpo.store.opening import StudyAt
+from dvt_hpo.store.storage import retry_callback
 from dvt_hpo.studyfile import load_spec
 from dvt_hpo.views.status import format_status, read_status
 from tests.conftest import toy_study
@@ -46,8 +46,8 @@ def test_status_counts_what_run_counts(tmp_path: Path, storage: str) -> None:
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     spec = load_spec(path)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    raw = open_storage(spec.study.storage)
-    study = optuna.create_study(study_name="budget", storage=raw)
+    opened = StudyAt(spec.study.storage, "budget").create_or_load(["minimize"])
+    raw, study = opened.storage, opened.study
     space = {"x": optuna.distributions.FloatDistribution(0, 1)}
     failed = [study.ask(space) for _ in range(2)]
     for trial in failed:  # two failures, each retried by a copy that completes
@@ -64,7 +64,8 @@ def test_status_counts_what_run_counts(tmp_path: Path, storage: str) -> None:
 
     ledger = retries.Ledger(study, raw, raw.get_study_id_from_name("budget"))
     ledger.refresh()
-    status = read_status(*open_existing_storage(spec), spec)
+    opened = StudyAt.of(spec).load()
+    status = read_status(opened.storage, opened.study_id, spec)
 
     assert ledger.used() == len(retries.counted_numbers(trials)) == status.finished == 2
     text = format_status(status)

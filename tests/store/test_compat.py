@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from dvt_hpo.store.compat import ATTR_PREFIX, compare, refusal_error, settings_attrs, system_attrs
-from dvt_hpo.store.stored_study import StoredStudy
+from dvt_hpo.store.opening import StoredStudy
 from dvt_hpo.studyfile import StudySpec, load_spec
 from tests.conftest import toy_study
 

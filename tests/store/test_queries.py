@@ -7,8 +7,9 @@ from pathlib import Path
 import optuna
 import pytest
 
+from dvt_hpo.store.opening import StudyAt
 from dvt_hpo.store.queries import count_trials, state_counts, trial_marks
-from dvt_hpo.store.storage import create_or_load_study, study_storage
+from dvt_hpo.store.storage import study_storage
 
 
 @pytest.fixture(params=["sqlite", "journal", "postgresql"])
@@ -19,7 +20,7 @@ def study(request: pytest.FixtureRequest, tmp_path: Path) -> optuna.Study:
     else:
         suffix = "db" if request.param == "sqlite" else "log"
         url, name = f"{request.param}:///{tmp_path / f'q.{suffix}'}", "q"
-    study = create_or_load_study(url, name, ["maximize"])
+    study = StudyAt(url, name).create_or_load(["maximize"]).study
     for i in range(5):
         trial = study.ask()
         if i == 1:
@@ -60,7 +61,7 @@ def test_a_postgresql_study_gets_the_trial_indexes_once(
 
     from dvt_hpo.store.queries import INDEXES, add_indexes
 
-    study = create_or_load_study(postgres_url, unique_name, ["maximize"])
+    study = StudyAt(postgres_url, unique_name).create_or_load(["maximize"]).study
     engine = sqlalchemy.create_engine(postgres_url)
     try:
         with engine.connect() as conn:

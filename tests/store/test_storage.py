@@ -10,16 +10,15 @@ from typing import Any
 import optuna
 import pytest
 
-from dvt_hpo.exceptions import SpecError, StorageError, StudyNotFoundError
-from dvt_hpo.store.storage import (
-    HeartbeatSettings,
-    check_storage_driver,
-    create_or_load_study,
-    open_existing,
-    open_storage,
-    supports_heartbeat,
-)
+from dvt_hpo.exceptions import SpecError, StorageError
+from dvt_hpo.store.opening import OpenStudy, StudyAt
+from dvt_hpo.store.storage import HeartbeatSettings, check_storage_driver, supports_heartbeat
 from dvt_hpo.studyfile.urls import resolve_url, sqlite_path, storage_kind
+
+
+def create(url: str, heartbeat: HeartbeatSettings | None = None) -> OpenStudy:
+    """The study ``s`` created (or loaded) at ``url``: the storage opened as a run opens it."""
+    return StudyAt(url, "s").create_or_load(["maximize"], heartbeat=heartbeat)
 
 
 def test_resolve_url_makes_relative_paths_absolute(tmp_path: Path) -> None:
@@ -34,17 +33,16 @@ def test_resolve_url_makes_relative_paths_absolute(tmp_path: Path) -> None:
 
 def test_sqlite_storage_uses_wal_and_heartbeats(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/s.db"
-    storage = open_storage(url, HeartbeatSettings(interval_s=1, grace_period_s=2, max_retries=1))
-    assert supports_heartbeat(storage)
-    optuna.create_study(storage=storage, study_name="s")
+    heartbeat = HeartbeatSettings(interval_s=1, grace_period_s=2, max_retries=1)
+    assert supports_heartbeat(create(url, heartbeat).storage)
     mode = sqlite3.connect(tmp_path / "s.db").execute("PRAGMA journal_mode").fetchone()[0]
     assert mode == "wal"
 
 
 def test_journal_storage_opens_without_heartbeat(tmp_path: Path) -> None:
-    storage = open_storage(f"journal:///{tmp_path}/j.log")
-    assert not supports_heartbeat(storage)
-    study = optuna.create_study(storage=storage, study_name="j")
+    opened = create(f"journal:///{tmp_path}/j.log")
+    assert not supports_heartbeat(opened.storage)
+    study = opened.study
     study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
     assert len(study.trials) == 2
 
@@ -60,9 +58,11 @@ def test_missing_driver_is_named() -> None:
 
 
 def test_postgres_storage_round_trip(postgres_url: str, unique_name: str) -> None:
-    storage = open_storage(postgres_url, HeartbeatSettings(1, 2, 1))
+    opened = StudyAt(postgres_url, unique_name).create_or_load(
+        ["minimize"], heartbeat=HeartbeatSettings(1, 2, 1)
+    )
+    storage, study = opened.storage, opened.study
     assert supports_heartbeat(storage)
-    study = optuna.create_study(storage=storage, study_name=unique_name)
     try:
         study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
         assert len(optuna.load_study(study_name=unique_name, storage=storage).trials) == 2
@@ -71,7 +71,7 @@ def test_postgres_storage_round_trip(postgres_url: str, unique_name: str) -> Non
 
 
 # -- one-line errors --------------------------------------------------------------------------
-def _one_line_error(url: str, opener: Callable[[str], Any] = open_storage) -> StorageError:
+def _one_line_error(url: str, opener: Callable[[str], Any] = create) -> StorageError:
     with pytest.raises(StorageError) as info:
         opener(url)
     message = str(info.value)
@@ -97,7 +97,7 @@ def test_sqlite_in_an_unwritable_place(tmp_path: Path) -> None:
 
 
 def _open_as_nobody(url: str) -> str | None:
-    """The StorageError message (or None) of ``open_storage(url)`` in a forked process that runs
+    """The StorageError message (or None) of ``create(url)`` in a forked process that runs
     as the ``nobody`` user when the tests run as root (CI): root writes into any folder.
 
     Forked, not started through ``runuser`` (as the outage cluster's PostgreSQL is): the
@@ -118,7 +118,7 @@ def _open_as_nobody(url: str) -> str | None:
                 os.setgid(nobody.pw_gid)
                 os.setuid(nobody.pw_uid)
             try:
-                open_storage(url)
+                create(url)
                 result: dict[str, Any] = {"error": None}
             except StorageError as exc:
                 result = {"error": str(exc)}
@@ -142,8 +142,8 @@ def test_sqlite_in_a_read_only_folder(tmp_path: Path) -> None:
     import shutil
     import tempfile
 
-    # Everything open_storage imports on both paths, imported before the fork (see above).
-    open_storage(f"sqlite:///{tmp_path}/warm-up.db")
+    # Everything create imports on both paths, imported before the fork (see above).
+    create(f"sqlite:///{tmp_path}/warm-up.db")
     _one_line_error("sqlite:////proc/dvt-hpo-study.db")
     # Not tmp_path: pytest keeps it private to this user, and nobody must reach the folder.
     base = Path(tempfile.mkdtemp(prefix="dvt-hpo-ro-"))
@@ -179,7 +179,7 @@ def test_unreachable_server_is_one_line_without_password() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # nothing listens there once closed
     url = f"postgresql://alice:s3cret-pw@127.0.0.1:{port}/hpo"
-    error = _one_line_error(url, lambda u: create_or_load_study(u, "s", ["minimize"]))
+    error = _one_line_error(url, create)
     assert "cannot connect to the database server (" in str(error)
     assert "Connection refused)" in str(error)
     assert "host and port" in str(error)
@@ -195,7 +195,7 @@ def test_wrong_database_name(postgres_url: str) -> None:
         .set(database="no_such_db_dvt")
         .render_as_string(False)
     )
-    error = _one_line_error(url, lambda u: create_or_load_study(u, "s", ["minimize"]))
+    error = _one_line_error(url, create)
     assert "the database does not exist" in str(error)
     assert "createdb" in str(error)
 
@@ -203,59 +203,6 @@ def test_wrong_database_name(postgres_url: str) -> None:
 def test_unknown_host(tmp_path: Path) -> None:
     error = _one_line_error("postgresql://u:pw@no-such-host.invalid/db")
     assert "unknown host" in str(error)
-
-
-# -- read-only opening ------------------------------------------------------------------------
-@pytest.mark.parametrize("scheme", ["sqlite", "journal"])
-def test_open_existing_never_creates_a_file(tmp_path: Path, scheme: str) -> None:
-    url = f"{scheme}:///{tmp_path}/missing/study.db"
-    with pytest.raises(StudyNotFoundError, match="does not exist; run `dvt-hpo run`"):
-        open_existing(url, "s")
-    assert list(tmp_path.iterdir()) == []
-
-
-def test_open_existing_on_an_empty_sqlite_file_writes_nothing(tmp_path: Path) -> None:
-    path = tmp_path / "empty.db"
-    sqlite3.connect(path).close()
-    before = path.read_bytes()
-    with pytest.raises(StudyNotFoundError, match="no Optuna study tables"):
-        open_existing(f"sqlite:///{path}", "s")
-    assert path.read_bytes() == before
-
-
-@pytest.mark.parametrize("scheme", ["sqlite", "journal"])
-def test_open_existing_names_the_studies_it_found(tmp_path: Path, scheme: str) -> None:
-    url = f"{scheme}:///{tmp_path}/study.db"
-    create_or_load_study(url, "alpha", ["maximize"])
-    with pytest.raises(StudyNotFoundError, match=r"no study named 'beta'.*it holds 'alpha'"):
-        open_existing(url, "beta")
-    assert open_existing(url, "alpha").direction.name == "MAXIMIZE"
-
-
-def test_open_existing_on_postgres_without_the_study(postgres_url: str, unique_name: str) -> None:
-    with pytest.raises(StudyNotFoundError, match=unique_name):
-        open_existing(postgres_url, unique_name)
-
-
-# -- create or load -----------------------------------------------------------------------------
-def test_create_or_load_keeps_the_stored_directions_and_runs_init_once_per_open(
-    tmp_path: Path,
-) -> None:
-    url = f"sqlite:///{tmp_path}/s.db"
-    seen: list[int] = []
-    study = create_or_load_study(url, "s", ["maximize"], init=lambda s: seen.append(len(s.trials)))
-    study.tell(study.ask(), 1.0)
-    again = create_or_load_study(url, "s", ["minimize"], init=lambda s: seen.append(len(s.trials)))
-    assert again.direction.name == "MAXIMIZE"  # the caller compares and reports
-    assert seen == [0, 1]
-
-
-def test_init_errors_propagate_unchanged(tmp_path: Path) -> None:
-    def init(study: optuna.Study) -> None:
-        raise SpecError("space differs", field="search_space")
-
-    with pytest.raises(SpecError, match="space differs"):
-        create_or_load_study(f"sqlite:///{tmp_path}/s.db", "s", ["maximize"], init=init)
 
 
 def test_sqlite_on_a_network_file_system_keeps_the_rollback_journal(
@@ -266,7 +213,7 @@ def test_sqlite_on_a_network_file_system_keeps_the_rollback_journal(
     assert storage.filesystem_type(tmp_path) is not None
     assert not storage.is_network_filesystem(tmp_path)
     monkeypatch.setattr(storage, "filesystem_type", lambda path: "nfs4")
-    create_or_load_study(f"sqlite:///{tmp_path}/nfs.db", "s", ["maximize"])
+    create(f"sqlite:///{tmp_path}/nfs.db")
     mode = sqlite3.connect(tmp_path / "nfs.db").execute("PRAGMA journal_mode").fetchone()[0]
     assert mode == "delete"
 
@@ -334,10 +281,10 @@ def test_a_database_of_another_optuna_schema_is_refused(
     tmp_path: Path, revision: str, expected: str
 ) -> None:
     url = f"sqlite:///{tmp_path / 'o.db'}"
-    create_or_load_study(url, "s", ["maximize"])
+    create(url)
     with sqlite3.connect(tmp_path / "o.db") as conn:
         conn.execute("UPDATE alembic_version SET version_num = ?", (revision,))
     with pytest.raises(StorageError, match=expected):
-        create_or_load_study(url, "s", ["maximize"])
+        create(url)
     with pytest.raises(StorageError, match=expected):
-        open_existing(url, "s")
+        StudyAt(url, "s").load()

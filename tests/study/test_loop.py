@@ -27,7 +27,7 @@ from dvt_hpo.results.events import (
     TrialStarted,
 )
 from dvt_hpo.run.preflight import load_runnable
-from dvt_hpo.store.reader import open_existing_storage
+from dvt_hpo.store.opening import StudyAt
 from dvt_hpo.study.loop import StudyRunner
 from dvt_hpo.studyfile import load_spec
 from dvt_hpo.views.html_report import write_report
@@ -306,13 +306,11 @@ def test_journal_storage_recovers_a_stale_trial_with_its_params(
     # whose orchestrator died.
     import time
 
-    from dvt_hpo.store.storage import open_storage
-
     doc = toy(unique_name, [{"do": "curve", "values": [0.7]}])
     doc["study"].update(storage=f"journal:///{tmp_path}/study.log", n_trials=1)
     path = write_study(doc)
-    storage = open_storage(load_spec(path).study.storage)
-    study = optuna.create_study(storage=storage, study_name=unique_name, direction="maximize")
+    opened = StudyAt(load_spec(path).study.storage, unique_name).create_or_load(["maximize"])
+    storage, study = opened.storage, opened.study
     dead = study.ask()
     x = dead.suggest_float("x", 0.0, 1.0)
     storage.set_trial_system_attr(dead._trial_id, "dvt_hpo:heartbeat", time.time() - 100)
@@ -432,7 +430,8 @@ def test_observers_see_the_study_and_a_broken_one_costs_only_warnings(
 
     attrs = study.trials[2].user_attrs
     assert attrs["reason"] == pruned and attrs["exit"].startswith("pruned (exit code"), attrs
-    text = format_status(read_status(*open_existing_storage(spec), spec))
+    opened = StudyAt.of(spec).load()
+    text = format_status(read_status(opened.storage, opened.study_id, spec))
     assert "last pruned:\n  trial    2  " in text and f"{pruned}\nlast failures:" in text, text
     write_report(spec, tmp_path / "report.html")
     assert f"<td>{pruned}</td>" in (tmp_path / "report.html").read_text()
@@ -553,7 +552,8 @@ def test_retry_failed_reruns_each_failed_trial_once_within_n_trials(
     assert any("already has 2/2 trials" in line for line in again)
     assert len(optuna.load_study(study_name=unique_name, storage=spec.study.storage).trials) == 4
     # status counts the budget as run does (issue 18, item 4), not 4/2.
-    status = read_status(*open_existing_storage(spec), spec)
+    opened = StudyAt.of(spec).load()
+    status = read_status(opened.storage, opened.study_id, spec)
     assert status.finished == 2 and "2/2 trials finished" in format_status(status)
     assert "2 failed and retried (not counted)" in format_status(status)
 
@@ -722,10 +722,12 @@ def test_a_resumed_run_says_which_trials_it_waits_for_and_how_long(
     spec = load_spec(path)
     # An orchestrator that asked trial 0, beat once and died (kill -9).
     from dvt_hpo.recovery.retries import record_heartbeat
-    from dvt_hpo.store.storage import HeartbeatSettings, open_storage
+    from dvt_hpo.store.storage import HeartbeatSettings
 
-    storage = open_storage(spec.study.storage, HeartbeatSettings(1, 3, 1))
-    dead = optuna.create_study(storage=storage, study_name=unique_name, direction="maximize")
+    opened = StudyAt(spec.study.storage, unique_name).create_or_load(
+        ["maximize"], heartbeat=HeartbeatSettings(1, 3, 1)
+    )
+    storage, dead = opened.storage, opened.study
     trial = dead.ask()
     trial.suggest_float("x", 0.0, 1.0)
     record_heartbeat(storage, trial._trial_id)

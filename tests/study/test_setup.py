@@ -19,7 +19,7 @@ from dvt_hpo.spec.model import StudySpec
 from dvt_hpo.store import compat
 from dvt_hpo.study.setup import (
     check_runs_dir,
-    open_study,
+    open_for_run,
     reseeded_sampler,
     runs_dir_problem,
     study_settings,
@@ -42,8 +42,8 @@ def spec_of(write_study: Callable[..., Path]) -> Callable[..., StudySpec]:
 
 def _open(spec: StudySpec, *, allow_space_change: bool = False) -> tuple[Any, list[str]]:
     lines: list[str] = []
-    opened = open_study(spec, allow_space_change=allow_space_change, out=lines.append)
-    return opened, lines
+    opened = open_for_run(spec, allow_space_change=allow_space_change, out=lines.append)
+    return (opened.study, opened.storage, opened.study_id), lines
 
 
 def test_a_fresh_study_is_created_with_the_files_settings_its_start_and_its_seeds(

@@ -10,16 +10,11 @@ from typing import Any
 
 import pytest
 
+from dvt_hpo.batch.cache import cache_entry_key
 from dvt_hpo.batch.search import Probe
 from dvt_hpo.exceptions import BatchSizeError, TrialPruned
 from dvt_hpo.studyfile import BatchSizeSpec
-from dvt_hpo.trial.context import (
-    LocalContext,
-    TrialContext,
-    cache_entry_key,
-    distributed_env,
-    effective_split,
-)
+from dvt_hpo.trial.context import LocalContext, TrialContext, distributed_env
 from dvt_hpo.wire.control_client import ControlClient
 from dvt_hpo.wire.control_server import ControlServer
 from tests.entrypoints.recording import RecordingHandler
@@ -326,18 +321,6 @@ def test_effective_batch_sets_accumulation(channel: Channel) -> None:
     assert choice is not None
     assert (choice.found, choice.accumulate_steps, choice.batch_size) == (70, 3, 67)
     assert channel.handler.wait_attr("accumulate_steps", 10) == 3
-
-
-@pytest.mark.parametrize(
-    ("found", "effective", "expected"),
-    [(64, None, (64, 1)), (64, 256, (64, 4)), (70, 200, (67, 3)), (512, 100, (100, 1))],
-)
-def test_effective_split(found: int, effective: int | None, expected: tuple[int, int]) -> None:
-    batch, accumulate = effective_split(found, effective)
-    assert (batch, accumulate) == expected
-    assert batch <= found
-    if effective is not None:
-        assert batch * accumulate >= effective
 
 
 def test_out_of_memory_counts_as_too_big_and_other_errors_propagate(channel: Channel) -> None:

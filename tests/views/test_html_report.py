@@ -10,7 +10,7 @@ import optuna
 import pytest
 
 from dvt_hpo.cli import EXIT_FAILURE, EXIT_OK, main
-from dvt_hpo.store.reader import open_existing_study
+from dvt_hpo.store.opening import StudyAt
 from dvt_hpo.views.html_report import render_report
 from tests.browser import ARTIFACTS, dump_dom, screenshot
 from tests.conftest import toy_study
@@ -45,7 +45,7 @@ def test_report_is_one_self_contained_file(
 
 def test_importances_are_skipped_with_a_note_below_two_complete_trials(tmp_path: Path) -> None:
     spec = make_study(tmp_path)
-    study = open_existing_study(spec)
+    study = StudyAt.of(spec).load().study
     lone = optuna.create_study(study_name="lone", storage=spec.study.storage)
     lone.add_trial(study.get_trials()[0])
     text = render_report(lone, spec)
@@ -66,7 +66,7 @@ def test_report_of_a_study_not_run_writes_nothing(
 def test_report_renders_offline_in_a_browser(tmp_path: Path) -> None:
     spec = make_study(tmp_path)
     out = tmp_path / "report.html"
-    out.write_text(render_report(open_existing_study(spec), spec))
+    out.write_text(render_report(StudyAt.of(spec).load().study, spec))
     dom = dump_dom(out.as_uri(), offline=True)
     # Every plot rendered: plotly replaces each graph div's content with its SVG layers.
     graphs = re.findall(r'<div id="[^"]+" class="plotly-graph-div[^"]*"', dom)

@@ -12,7 +12,7 @@ import optuna
 import pytest
 
 from dvt_hpo.cli import EXIT_FAILURE, EXIT_OK, main
-from dvt_hpo.store.reader import open_existing_storage
+from dvt_hpo.store.opening import StudyAt
 from dvt_hpo.studyfile import load_spec
 from dvt_hpo.views.status import format_status, last_report, read_status
 from tests.conftest import REPO_ROOT, toy_study
@@ -21,7 +21,8 @@ from tests.made_study import make_study
 
 def test_status_reads_counts_best_running_and_failures(tmp_path: Path) -> None:
     spec = make_study(tmp_path)
-    status = read_status(*open_existing_storage(spec), spec)
+    opened = StudyAt.of(spec).load()
+    status = read_status(opened.storage, opened.study_id, spec)
 
     assert status.counts == {"RUNNING": 1, "WAITING": 0, "COMPLETE": 4, "PRUNED": 1, "FAIL": 1}
     assert status.best is not None
@@ -118,7 +119,8 @@ def test_status_runs_without_torch(tmp_path: Path) -> None:
 
 def test_status_without_running_trials_says_so(tmp_path: Path) -> None:
     spec = make_study(tmp_path, running=False)
-    status = read_status(*open_existing_storage(spec), spec)
+    opened = StudyAt.of(spec).load()
+    status = read_status(opened.storage, opened.study_id, spec)
     assert status.running == [] and status.counts["RUNNING"] == 0
     assert "running:" not in format_status(status)
 
@@ -130,7 +132,8 @@ def test_status_of_a_study_with_several_objectives(
     from tests.tradeoff_study import run_tradeoff, tradeoff_doc
 
     path, _ = run_tradeoff(tmp_path, tradeoff_doc("mo"))
-    spec_status = read_status(*open_existing_storage(load_spec(path)), load_spec(path))
+    opened = StudyAt.of(load_spec(path)).load()
+    spec_status = read_status(opened.storage, opened.study_id, load_spec(path))
     assert spec_status.best is None and spec_status.no_feasible is None
     assert spec_status.metrics == ["score", "cost"]
     assert sorted(b.params["x"] for b in spec_status.front) == [0.2, 0.4]
@@ -175,7 +178,8 @@ def test_status_shows_every_objective_of_a_running_trial(
     trial.set_user_attr("last_step", 2)
     trial.set_user_attr("last_metrics", {"score": 0.5, "cost": 3.0, "size": 400.0})
 
-    status = read_status(*open_existing_storage(spec), spec)
+    opened = StudyAt.of(spec).load()
+    status = read_status(opened.storage, opened.study_id, spec)
     [running] = status.running
     assert (running.last_step, running.value, running.values) == (2, 0.5, [0.5, 3.0])
     assert "epoch 2  score=0.5 cost=3  x=" in format_status(status)

@@ -6,7 +6,7 @@ exclusively; releasing it lets every process through at once. Modes:
 
 - ``cli GATE ARGS...``: ``dvt_hpo.cli.main(ARGS)`` (a ``dvt-hpo`` command), exit with its code;
 - ``rounds NAME TRIALS GATE1 URL1 [GATE2 URL2 ...]``: for each round, wait at its gate, then
-  :func:`dvt_hpo.store.storage.create_or_load_study` on URL (the study's settings stored by
+  :meth:`dvt_hpo.store.opening.StudyAt.create_or_load` on URL (the study's settings stored by
   ``init``) and TRIALS trials through ask/tell; prints ``done 0`` or ``done 1 <error>`` per
   round. One process serves many rounds, so that the imports are paid once.
 """
@@ -21,6 +21,7 @@ import optuna
 import sqlalchemy  # noqa: F401 - imported before the gate, see above
 
 import dvt_hpo.cli
+import dvt_hpo.store.opening
 import dvt_hpo.store.storage
 
 
@@ -39,14 +40,12 @@ def _round(url: str, name: str, trials: int) -> str:
         None if url.startswith("journal") else dvt_hpo.store.storage.HeartbeatSettings(5, 10, 1)
     )
     try:
-        study = dvt_hpo.store.storage.create_or_load_study(
-            url,
-            name,
-            ["maximize"],
-            sampler=optuna.samplers.RandomSampler(seed=0),
-            heartbeat=heartbeat,
-            init=init,
+        study = (
+            dvt_hpo.store.opening.StudyAt(url, name)
+            .create_or_load(["maximize"], heartbeat=heartbeat, init=init)
+            .study
         )
+        study.sampler = optuna.samplers.RandomSampler(seed=0)
         for _ in range(trials):
             trial = study.ask()
             study.tell(trial, trial.suggest_float("x", 0.0, 1.0))

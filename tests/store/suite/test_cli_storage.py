@@ -19,7 +19,7 @@ import optuna
 import pytest
 
 from dvt_hpo.process import tree as process_tree
-from dvt_hpo.store.storage import open_existing
+from dvt_hpo.store.opening import StudyAt
 from tests.conftest import REPO_ROOT, run_dvt_hpo, toy_study
 from tests.orchestrator import (
     EVENT_TIMEOUT_S,
@@ -36,7 +36,7 @@ RACE_ATTEMPTS = [4, 8, 4, 8, 4]  # workers per race; 5 races per backend
 
 
 def load_trials(storage_url: str, name: str) -> list[optuna.trial.FrozenTrial]:
-    study = open_existing(storage_url, name)
+    study = StudyAt(storage_url, name).load().study
     return sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
 
 
@@ -181,7 +181,7 @@ def test_several_objectives_and_constraints_on_every_backend(
         0.4: (pytest.approx([0.4, 6.0]), [-100.0]),
         0.6: (pytest.approx([0.6, 8.0]), [pytest.approx(100.0)]),
     }
-    stored = open_existing(storage_url, unique_name)
+    stored = StudyAt(storage_url, unique_name).load().study
     assert [d.name for d in stored.directions] == ["MAXIMIZE", "MINIMIZE"]
     changed = subprocess.run(
         [

@@ -8,7 +8,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from dvt_hpo.store.storage import open_existing
+from dvt_hpo.store.opening import StudyAt
 from tests.store.suite.gated import run_rounds
 
 TRIALS_EACH = 2
@@ -25,7 +25,7 @@ def test_simultaneous_create_or_load_on_a_fresh_database(
         urls, run_rounds(workers, "race", TRIALS_EACH, urls, tmp_path), strict=True
     ):
         assert lines == ["done 0"] * workers, f"{url}: {lines}"
-        study = open_existing(url, "race")
+        study = StudyAt(url, "race").load().study
         assert len(optuna.get_all_study_names(study._storage)) == 1
         assert len(study.trials) == workers * TRIALS_EACH
         assert study.user_attrs == {"dvt_hpo:settings": {"sampler": "random"}}

@@ -14,7 +14,7 @@ import sqlalchemy
 from sqlalchemy.pool import NullPool
 
 from dvt_hpo.store.lock import ADVISORY_KEY
-from dvt_hpo.store.storage import CREATED_ATTR, create_or_load_study
+from dvt_hpo.store.opening import CREATED_ATTR, StudyAt
 from tests.store.suite.conftest import _create_database, _drop_database
 
 
@@ -44,14 +44,16 @@ class HeldLock:
 
 @pytest.mark.processes
 def test_a_created_study_is_loaded_without_waiting_for_the_lock(database: str) -> None:
-    created = create_or_load_study(database, "s", ["maximize"])
+    created = StudyAt(database, "s").create_or_load(["maximize"]).study
     assert created._storage.get_study_system_attrs(created._study_id)[CREATED_ATTR] is True
     lock = HeldLock(database)
     try:
         seen: list[int] = []
         start = time.monotonic()
-        loaded = create_or_load_study(
-            database, "s", ["minimize"], init=lambda s: seen.append(len(s.trials))
+        loaded = (
+            StudyAt(database, "s")
+            .create_or_load(["minimize"], init=lambda s: seen.append(len(s.trials)))
+            .study
         )
         # Without the fast path it would wait for the lock (up to LOCK_TIMEOUT_S).
         assert time.monotonic() - start < 30
@@ -65,7 +67,7 @@ def test_a_waiting_worker_loads_the_study_once_another_created_it(database: str)
     lock = HeldLock(database)
     result: list[optuna.Study] = []
     waiter = threading.Thread(
-        target=lambda: result.append(create_or_load_study(database, "s", ["maximize"]))
+        target=lambda: result.append(StudyAt(database, "s").create_or_load(["maximize"]).study)
     )
     try:
         waiter.start()

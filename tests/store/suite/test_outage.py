@@ -12,7 +12,8 @@ import pytest
 
 from dvt_hpo.exceptions import StorageError
 from dvt_hpo.store.errors import with_retry
-from dvt_hpo.store.storage import HeartbeatSettings, create_or_load_study
+from dvt_hpo.store.opening import StudyAt
+from dvt_hpo.store.storage import HeartbeatSettings
 from tests.store.suite.postgres_cluster import PASSWORD, PostgresCluster
 
 T = TypeVar("T")
@@ -22,9 +23,10 @@ pytestmark = pytest.mark.processes
 
 
 def _study(cluster: PostgresCluster, name: str) -> optuna.Study:
-    return create_or_load_study(
-        cluster.url, name, ["maximize"], heartbeat=HeartbeatSettings(1, 60, 1)
+    opened = StudyAt(cluster.url, name).create_or_load(
+        ["maximize"], heartbeat=HeartbeatSettings(1, 60, 1)
     )
+    return opened.study
 
 
 def test_storage_calls_ride_out_a_server_restart(postgres_cluster: PostgresCluster) -> None:
@@ -113,7 +115,7 @@ def test_a_longer_outage_ends_with_one_line(postgres_cluster: PostgresCluster) -
 def test_authentication_failure_is_one_line(postgres_cluster: PostgresCluster) -> None:
     url = postgres_cluster.url_for("postgres", password="not-the-password")
     with pytest.raises(StorageError) as info:
-        create_or_load_study(url, "auth", ["maximize"])
+        StudyAt(url, "auth").create_or_load(["maximize"])
     message = str(info.value)
     assert "\n" not in message and "not-the-password" not in message
     assert "authentication failed" in message and "postgres:***@" in message
@@ -123,7 +125,7 @@ def test_authentication_failure_is_one_line(postgres_cluster: PostgresCluster) -
 def test_missing_password_is_one_line(postgres_cluster: PostgresCluster) -> None:
     url = f"postgresql://postgres@127.0.0.1:{postgres_cluster.port}/postgres"
     with pytest.raises(StorageError, match="the server wants a password and the URL has none"):
-        create_or_load_study(url, "auth", ["maximize"])
+        StudyAt(url, "auth").create_or_load(["maximize"])
 
 
 def test_pooled_connections_are_renewed_after_a_restart(

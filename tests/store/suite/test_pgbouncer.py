@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy
 import yaml
 
-from dvt_hpo.store.storage import create_or_load_study
+from dvt_hpo.store.opening import StudyAt
 from tests.conftest import toy_study
 from tests.store.suite.conftest import _create_database, _drop_database
 from tests.store.suite.pgbouncer import pgbouncer
@@ -77,11 +77,12 @@ def test_a_worker_loads_a_study_on_one_server_connection_at_a_time(
     # own schema check does, and hung a CI run of the test above).
     database = _create_database(postgres_url)
     try:
-        create_or_load_study(database, unique_name, ["maximize"])
+        StudyAt(database, unique_name).create_or_load(["maximize"])
         with pgbouncer(database, pool_size=1) as url:
             code = (
-                "import sys; from dvt_hpo.store.storage import create_or_load_study as c; "
-                "print(len(c(sys.argv[1], sys.argv[2], ['maximize']).trials))"
+                "import sys; from dvt_hpo.store.opening import StudyAt; "
+                "print(len(StudyAt(sys.argv[1], sys.argv[2]).create_or_load(['maximize'])"
+                ".study.trials))"
             )
             loaded = subprocess.run(
                 [sys.executable, "-c", code, url, unique_name],
