@@ -382,8 +382,14 @@ def run_grid(
             else pool.submit(run_study, *item, budget, parallel, sleep_scale)
             for item in todo
         ]
+        failed = 0
         for i, future in enumerate(as_completed(futures), 1):
-            result = future.result()
+            try:
+                result = future.result()
+            except RuntimeError as exc:  # said, and the others kept: a rerun retries it
+                failed += 1
+                out(f"  failed: {exc}")
+                continue
             keep(result)
             if i % 50 == 0 or i == len(todo) or engine == "dvt" and i % 10 == 0:
                 out(
@@ -391,6 +397,8 @@ def run_grid(
                     f"{result.cell} task {result.task} seed {result.seed}: "
                     f"{len(result.trials)} trials in {result.wall_s:.1f} s"
                 )
+    if failed:
+        raise RuntimeError(f"{failed} of {len(todo)} studies failed (above); rerun to retry them")
 
 
 SURROGATE = Surrogate()
