@@ -11,11 +11,16 @@ shares it. Compute is counted in epochs: each trained epoch appends one byte to
 that starts once ``config["budget_epochs"]`` are spent raises :class:`BudgetSpent` before
 training anything; the benchmark's study sets ``study.max_failures: 1``, so that failure ends
 the run.
+
+``config["sleep_scale"]`` (default 0: no sleep) makes each epoch take the surrogate's predicted
+time of that epoch times the scale, so that with several trials at a time they finish in the
+order the real trainings would (benchmarks/search_efficiency.py ``--parallel``).
 """
 
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from lcbench_surrogate import MAX_EPOCHS, Surrogate
@@ -38,9 +43,13 @@ def run(config: dict[str, Any], ctx: Any) -> dict[str, float]:
             raise BudgetSpent(f"epoch budget spent ({spent} of {budget})")
     curve = SURROGATE.curve(task, config["hp"], epochs)
     acc, ce, seconds = curve["val_accuracy"], curve["val_cross_entropy"], curve["time"]
+    scale = float(config.get("sleep_scale", 0.0))
     fd = os.open(counter, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644) if counter else None
     try:
         for epoch in range(1, epochs + 1):
+            if scale > 0:
+                before = float(seconds[epoch - 2]) if epoch > 1 else 0.0
+                time.sleep(max(0.0, float(seconds[epoch - 1]) - before) * scale)
             if fd is not None:
                 os.write(fd, b".")
             # Raises TrialPruned when the study's pruner stops the trial here.

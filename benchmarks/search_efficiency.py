@@ -56,9 +56,15 @@ SAMPLERS: dict[str, dict[str, Any]] = {
     "tpe-mv": {"kind": "tpe", "multivariate": True},
     "cmaes": {"kind": "cmaes"},
     "qmc": {"kind": "qmc", "scramble": True},
+    # Candidates for the default (issue 31): TPE fitted on the values at the highest epoch that
+    # min_trials finished trials reached (dvt_hpo.sampling.rung_tpe).
+    "rung10": {"kind": "rung_tpe", "min_trials": 10},
+    "rung20": {"kind": "rung_tpe", "min_trials": 20},
+    "rung40": {"kind": "rung_tpe", "min_trials": 40},
 }
 # The grid's samplers (tpe-mv is "tpe" under Optuna 5; qmc on request).
 GRID_SAMPLERS = ("random", "tpe", "tpe-uni", "cmaes")
+GRID_PRUNERS = ("none", "median", "percentile", "sha", "hyperband", "wilcoxon")
 PRUNERS: dict[str, dict[str, Any]] = {
     "none": {"kind": "none"},
     "median": {"kind": "median"},
@@ -66,6 +72,12 @@ PRUNERS: dict[str, dict[str, Any]] = {
     "sha": {"kind": "successive_halving"},
     "hyperband": {"kind": "hyperband", "min_resource": 1, "max_resource": MAX_EPOCHS},
     "wilcoxon": {"kind": "wilcoxon"},
+    # Candidates for the default (issue 31): Wilcoxon with another threshold or a minimum of
+    # epochs before it decides.
+    "wilcoxon-p05": {"kind": "wilcoxon", "p_threshold": 0.05},
+    "wilcoxon-p2": {"kind": "wilcoxon", "p_threshold": 0.2},
+    "wilcoxon-s5": {"kind": "wilcoxon", "n_startup_steps": 5},
+    "wilcoxon-s10": {"kind": "wilcoxon", "n_startup_steps": 10},
 }
 DEFAULT_CELL = "default"
 QUICK_CELLS = ("tpe+none", "tpe+median", DEFAULT_CELL)
@@ -74,6 +86,11 @@ FULL_BUDGET = 30  # full trainings' worth of epochs per study
 QUICK_BUDGET = 10
 # The screening grid: every cell on a spread of tasks (every fifth of the 34).
 SCREEN_STEP = 5
+# Several trials at a time (--parallel): 8 tasks spread over the 34 (every 4th of the sorted
+# list, the first 8), and the scale of the surrogate's per-epoch time each epoch sleeps, so that
+# trials finish in the order their trainings would (the 4-at-a-time table of the note).
+SPREAD_TASKS_STEP, SPREAD_TASKS_N = 4, 8
+PARALLEL_SLEEP_SCALE = 0.005
 
 
 @dataclass(frozen=True)
@@ -95,13 +112,28 @@ class StudyResult:
     exit_code: int
     trials: tuple[Trial, ...]
     engine: str = "dvt"  # "dvt": through dvt-hpo run; "replay": search_replay, in one process
+    parallel: int = 1  # trials at a time (trials.parallel); trials listed in the order they ended
+    sleep_scale: float = 0.0  # each epoch slept the surrogate's time of it x this
 
 
 def all_cells() -> list[str]:
-    return [f"{s}+{p}" for s in GRID_SAMPLERS for p in PRUNERS] + [DEFAULT_CELL]
+    return [f"{s}+{p}" for s in GRID_SAMPLERS for p in GRID_PRUNERS] + [DEFAULT_CELL]
 
 
-def study_document(cell: str, task: str, seed: int, budget: int, folder: Path) -> dict[str, Any]:
+def spread_tasks(tasks: list[str]) -> list[str]:
+    """The tasks of the several-trials-at-a-time table (every 4th of the 34, the first 8)."""
+    return tasks[::SPREAD_TASKS_STEP][:SPREAD_TASKS_N]
+
+
+def study_document(
+    cell: str,
+    task: str,
+    seed: int,
+    budget: int,
+    folder: Path,
+    parallel: int = 1,
+    sleep_scale: float = 0.0,
+) -> dict[str, Any]:
     study: dict[str, Any] = {
         "name": "lcbench",
         "storage": "journal:///study.log",
@@ -118,7 +150,7 @@ def study_document(cell: str, task: str, seed: int, budget: int, folder: Path) -
     doc = {
         "study": study,
         "objective": {"metric": "val_accuracy", "direction": "maximize", "reduce": "last"},
-        "trials": {"parallel": 1, "devices": "cpu", "keep_logs": "none", "timeout_s": 600},
+        "trials": {"parallel": parallel, "devices": "cpu", "keep_logs": "none", "timeout_s": 600},
         "trainer": {
             "entrypoint": "lcbench_trainer:run",
             "config": {
@@ -126,6 +158,7 @@ def study_document(cell: str, task: str, seed: int, budget: int, folder: Path) -
                 "epochs": MAX_EPOCHS,
                 "budget_epochs": budget,
                 "epochs_file": str(folder / "epochs"),
+                **({"sleep_scale": sleep_scale} if sleep_scale else {}),
                 "hp": {
                     "batch_size": 91,
                     "learning_rate": 0.003,
@@ -157,12 +190,15 @@ def _scratch() -> Path:
     return Path(tempfile.mkdtemp(prefix="dvt-lcbench-", dir=base))
 
 
-def run_study(cell: str, task: str, seed: int, budget: int) -> StudyResult:
+def run_study(
+    cell: str, task: str, seed: int, budget: int, parallel: int = 1, sleep_scale: float = 0.0
+) -> StudyResult:
     """One study through ``dvt-hpo run``, read back from its journal, its folder removed."""
     folder = _scratch()
     try:
         path = folder / "study.yaml"
-        path.write_text(yaml.safe_dump(study_document(cell, task, seed, budget, folder)))
+        doc = study_document(cell, task, seed, budget, folder, parallel, sleep_scale)
+        path.write_text(yaml.safe_dump(doc))
         start = time.perf_counter()
         proc = subprocess.run(
             [sys.executable, "-m", "dvt_hpo", "run", str(path)],
@@ -179,8 +215,10 @@ def run_study(cell: str, task: str, seed: int, budget: int) -> StudyResult:
                 f"{cell} task {task} seed {seed}: dvt-hpo run exited {proc.returncode} without "
                 f"spending its budget:\n{proc.stdout[-3000:]}"
             )
-        trials = read_trials(folder / "study.log", task)
-        return StudyResult(cell, task, seed, budget, wall_s, proc.returncode, trials)
+        trials = read_trials(folder / "study.log", task, by_end=parallel > 1)
+        return StudyResult(
+            cell, task, seed, budget, wall_s, proc.returncode, trials, "dvt", parallel, sleep_scale
+        )
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -204,12 +242,17 @@ def same_search(a: StudyResult, b: StudyResult) -> bool:
     return key == [(t.number, t.state, t.epochs, t.value) for t in b.trials]
 
 
-def read_trials(journal: Path, task: str) -> tuple[Trial, ...]:
+def read_trials(journal: Path, task: str, *, by_end: bool = False) -> tuple[Trial, ...]:
+    """The study's trials by number, or (``by_end``, several at a time) in the order they
+    ended: the report counts a trial's epochs as spent, and its value as found, when it ends."""
     from dvt_hpo.store.opening import StudyAt
 
     study = StudyAt(f"journal:///{journal}", "lcbench").load().study
     out = []
-    for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
+    trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
+    if by_end:
+        trials.sort(key=lambda t: (t.datetime_complete is None, t.datetime_complete or 0))
+    for t in trials:
         epochs = len(t.intermediate_values)
         if epochs == 0:
             continue  # the trial that found the budget spent
@@ -281,6 +324,8 @@ def run_grid(
     engine: str = "dvt",
     check: int = 0,
     out: Any = print,
+    parallel: int = 1,
+    sleep_scale: float = 0.0,
 ) -> None:
     """Run the studies missing from ``results``; seeds outermost, so that a grid cut short
     still has every cell on the same tasks and seeds. ``check``: with the replay engine, the
@@ -330,11 +375,21 @@ def run_grid(
         if engine == "replay"
         else ThreadPoolExecutor(max_workers=jobs)
     )
-    fn = replay if engine == "replay" else run_study
     with pool:
-        futures = [pool.submit(fn, *item, budget) for item in todo]
+        futures = [
+            pool.submit(replay, *item, budget)
+            if engine == "replay"
+            else pool.submit(run_study, *item, budget, parallel, sleep_scale)
+            for item in todo
+        ]
+        failed = 0
         for i, future in enumerate(as_completed(futures), 1):
-            result = future.result()
+            try:
+                result = future.result()
+            except RuntimeError as exc:  # said, and the others kept: a rerun retries it
+                failed += 1
+                out(f"  failed: {exc}")
+                continue
             keep(result)
             if i % 50 == 0 or i == len(todo) or engine == "dvt" and i % 10 == 0:
                 out(
@@ -342,6 +397,8 @@ def run_grid(
                     f"{result.cell} task {result.task} seed {result.seed}: "
                     f"{len(result.trials)} trials in {result.wall_s:.1f} s"
                 )
+    if failed:
+        raise RuntimeError(f"{failed} of {len(todo)} studies failed (above); rerun to retry them")
 
 
 SURROGATE = Surrogate()
@@ -363,6 +420,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, help="seeds 0..N-1")
     p.add_argument("--budget", type=int, help="full trainings' worth of epochs (30; --quick: 10)")
     p.add_argument("--jobs", type=int, default=2, help="studies at a time")
+    p.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        help="trials at a time in each study (trials.parallel; --engine dvt only)",
+    )
+    p.add_argument(
+        "--sleep-scale",
+        type=float,
+        help=f"each epoch sleeps the surrogate's time x this ({PARALLEL_SLEEP_SCALE} with "
+        "--parallel > 1, else 0)",
+    )
     p.add_argument("--results", type=Path, help="folder of per-study JSON (kept for reruns)")
     p.add_argument("--plot", type=Path, help="PNG of regret against epochs (e.g. docs/x.png)")
     p.add_argument("--report-only", action="store_true", help="tables from --results only")
@@ -400,6 +469,13 @@ def main(argv: list[str] | None = None) -> int:
         tasks = [tasks_all[round(i * (len(tasks_all) - 1) / max(1, n - 1))] for i in range(n)]
     if args.task_step:
         tasks = tasks_all[:: args.task_step]
+    if args.parallel > 1:
+        if args.engine == "replay" or args.quick:
+            p.error("--parallel > 1 runs through dvt-hpo run only (the replay is one at a time)")
+        if not args.tasks and not args.ntasks and not args.task_step:
+            tasks = spread_tasks(tasks_all)
+    if args.sleep_scale is None:
+        args.sleep_scale = PARALLEL_SLEEP_SCALE if args.parallel > 1 else 0.0
     if args.seeds is not None:
         seeds = args.seeds
     for cell in cells:
@@ -413,7 +489,16 @@ def main(argv: list[str] | None = None) -> int:
     budget = (args.budget or FULL_BUDGET) * MAX_EPOCHS
     if not args.report_only:
         run_grid(
-            cells, tasks, list(range(seeds)), budget, results, args.jobs, args.engine, args.check
+            cells,
+            tasks,
+            list(range(seeds)),
+            budget,
+            results,
+            args.jobs,
+            args.engine,
+            args.check,
+            parallel=args.parallel,
+            sleep_scale=args.sleep_scale,
         )
     found = [
         load(path)

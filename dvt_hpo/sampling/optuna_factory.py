@@ -51,6 +51,7 @@ SAMPLER_CLASSES: dict[str, str] = {
     "nsga2": "NSGAIISampler",
     "nsga3": "NSGAIIISampler",
     "bruteforce": "BruteForceSampler",
+    "rung_tpe": "RungTPESampler",  # TPE on values at a rung: dvt_hpo.sampling.rung_tpe
 }
 PRUNER_CLASSES: dict[str, str] = {
     "median": "MedianPruner",
@@ -73,14 +74,21 @@ PRUNER_PACKAGES: dict[str, tuple[str, ...]] = {"wilcoxon": ("scipy",)}
 BUILT_ARGUMENTS: dict[str, tuple[str, ...]] = {"grid": ("search_space",)}
 # Kinds whose seed gets the resume offset. QMC and grid are left alone: they continue from what
 # the study storage says was already sampled, and a new seed would restart their sequence.
-_OFFSET_SEED_KINDS = frozenset({"tpe", "random", "cmaes", "gp", "nsga2", "nsga3", "bruteforce"})
+_OFFSET_SEED_KINDS = frozenset(
+    {"tpe", "rung_tpe", "random", "cmaes", "gp", "nsga2", "nsga3", "bruteforce"}
+)
 # Kinds whose Optuna class raises on a multi-objective study (found in its source when the
 # source can be read; this list is the fallback).
-_SINGLE_OBJECTIVE_KINDS = frozenset({"cmaes"})
+_SINGLE_OBJECTIVE_KINDS = frozenset({"cmaes", "rung_tpe"})
 
 
 def sampler_class(kind: str) -> type:
-    """The Optuna sampler class of ``kind`` (``KeyError`` for an unknown kind)."""
+    """The Optuna sampler class of ``kind`` (``KeyError`` for an unknown kind); ``rung_tpe`` is
+    TPE fitted on the values at a rung (:mod:`dvt_hpo.sampling.rung_tpe`)."""
+    if kind == "rung_tpe":
+        from dvt_hpo.sampling.rung_tpe import RungTPESampler
+
+        return RungTPESampler
     cls = getattr(optuna.samplers, SAMPLER_CLASSES[kind], None)
     if cls is None:  # pragma: no cover - depends on the Optuna release
         raise KeyError(f"this Optuna release ({optuna.__version__}) has no sampler {kind!r}")
@@ -107,7 +115,10 @@ def pruner_class(kind: str) -> type:
 
 def supports_multi_objective(kind: str) -> bool:
     """Whether the sampler of ``kind`` accepts a study with several objectives. Optuna's
-    single-objective samplers call a private check (:func:`single_objective_only`)."""
+    single-objective samplers call a private check (:func:`single_objective_only`);
+    ``rung_tpe`` ranks trials by one value at a rung."""
+    if kind == "rung_tpe":
+        return False
     try:
         return not single_objective_only(sampler_class(kind))
     except (OSError, TypeError, KeyError):

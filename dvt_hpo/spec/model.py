@@ -155,7 +155,9 @@ class StudySection:
         doc="The Optuna sampler: a kind, or a mapping of `kind` and the Optuna class's keyword "
         "arguments (`{kind: tpe, seed: 0}`); arguments without a kind go over the default.",
         accepts="a kind (`tpe`, `random`, `cmaes`, `qmc`, `gp`, `grid`, `nsga2`, `nsga3`, "
-        "`bruteforce`) or `{kind: ..., <argument>: ...}`",
+        "`bruteforce`, `rung_tpe`: TPE fitted on each trial's value at the highest epoch "
+        "`min_trials` finished trials reached, pruned ones included) or "
+        "`{kind: ..., <argument>: ...}`",
         shown_default="`{kind: tpe, multivariate: false}` (several objectives: `nsga2`)",
     )
     pruner: PrunerSpec = domain(

@@ -42,6 +42,7 @@ _SAMPLER_NAMES = {
     "nsga2": "NSGA-II",
     "nsga3": "NSGA-III",
     "bruteforce": "brute force",
+    "rung_tpe": "rung TPE",
 }
 _PRUNER_NAMES = {
     "successive_halving": "successive halving",
@@ -50,7 +51,11 @@ _PRUNER_NAMES = {
 }
 # Arguments every study of a kind is shaped by, shown even when the file leaves them to Optuna
 # (the others are shown when written): TPE's model and Wilcoxon's threshold.
-_SHOWN_ALWAYS = {"tpe": ("multivariate",), "wilcoxon": ("p_threshold",)}
+_SHOWN_ALWAYS = {
+    "tpe": ("multivariate",),
+    "rung_tpe": ("min_trials",),
+    "wilcoxon": ("p_threshold",),
+}
 _WORDS = {
     "p_threshold": "p",
     "n_startup_trials": "startup trials",

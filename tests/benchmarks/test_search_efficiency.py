@@ -117,3 +117,47 @@ def test_a_cell_that_resolves_to_another_is_run_once_and_saved_under_both(tmp_pa
     assert copied.cell == "default" and copied.trials == ran.trials
     # A replay of the default's own study file finds the same trials.
     assert se.same_search(se.replay("default", "3945", 0, 2 * MAX_EPOCHS), copied)
+
+
+class _Ctx:
+    def __init__(self) -> None:
+        self.epochs: list[int] = []
+
+    def report(self, epoch: int, metrics: dict[str, float]) -> None:
+        self.epochs.append(epoch)
+
+
+def _trainer_config(**extra: object) -> dict[str, object]:
+    hp = {"batch_size": 91, "learning_rate": 0.003, "momentum": 0.5, "weight_decay": 0.05}
+    hp |= {"num_layers": 3, "max_units": 256, "max_dropout": 0.5}
+    return {"task": "3945", "epochs": 4, "hp": hp, **extra}
+
+
+def test_the_trainer_sleeps_each_epochs_surrogate_time_times_the_scale(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import lcbench_trainer
+
+    slept: list[float] = []
+    monkeypatch.setattr(lcbench_trainer.time, "sleep", slept.append)
+    lcbench_trainer.run(_trainer_config(), _Ctx())
+    assert slept == []  # no scale: runs as before
+    out = lcbench_trainer.run(_trainer_config(sleep_scale=0.01), _Ctx())
+    assert len(slept) == 4 and all(s > 0 for s in slept)
+    assert math.isclose(sum(slept), out["time"] * 0.01, rel_tol=1e-6)
+
+
+def test_several_at_a_time_runs_on_the_spread_tasks_with_the_sleep_in_the_study_file(
+    tmp_path: Path,
+) -> None:
+    tasks = se.spread_tasks(list(se.SURROGATE.tasks))
+    assert len(tasks) == 8 and tasks[0] == se.SURROGATE.tasks[0]
+    doc = se.study_document("default", "3945", 0, 52, tmp_path, 4, 0.005)
+    assert doc["trials"]["parallel"] == 4
+    assert doc["trainer"]["config"]["sleep_scale"] == 0.005
+    assert (
+        "sleep_scale"
+        not in se.study_document("default", "3945", 0, 52, tmp_path)["trainer"]["config"]
+    )
+    with pytest.raises(SystemExit):
+        se.main(["--engine", "replay", "--parallel", "4", "--cells", "tpe+none"])
