@@ -1,8 +1,9 @@
 """Ray Tune's ASHA on the LCBench surrogate, for the search-efficiency benchmark's peer rows.
 
     python3.11 -m venv .venv-ray && .venv-ray/bin/pip install 'ray[tune]' onnxruntime optuna
-    PYTHONPATH=$PWD .venv-ray/bin/python benchmarks/peer_ray.py --workers 1
-    PYTHONPATH=$PWD .venv-ray/bin/python benchmarks/peer_ray.py --workers 4 --time-scale 0.01
+    PYTHONPATH=$PWD .venv-ray/bin/python benchmarks/peer_ray.py --workers 1   # or --workers 4
+    PYTHONPATH=$PWD .venv-ray/bin/python benchmarks/peer_ray.py --check 2 --results /tmp/c
+    PYTHONPATH=$PWD .venv-ray/bin/python benchmarks/peer_ray.py --engine ray --workers 4
 
 Cells: ``ray-asha-random`` (``AsyncHyperBandScheduler`` with Ray's default search, the
 ``BasicVariantGenerator``'s random sampling) and ``ray-asha-optuna`` (the same scheduler with
@@ -10,12 +11,13 @@ Cells: ``ray-asha-random`` (``AsyncHyperBandScheduler`` with Ray's default searc
 (``grace_period=1``, ``reduction_factor=4``, ``brackets=1``) and ``max_t=52``, the metric
 ``val_accuracy`` maximized over ``training_iteration`` (one report per epoch).
 
-Every study runs through ``Tuner.fit`` in one Ray session on this machine; the trainable
-reports the surrogate's validation accuracy each epoch. With ``--workers 4`` each epoch
-sleeps the surrogate's predicted time for it times ``--time-scale``, so trials end in the
-order their predicted training times say (one trial at a time needs no sleep). The epoch
-budget is counted by :class:`peer_common.Ledger` on the driver as results arrive; a stopper
-ends the study when it is spent.
+By default (``--engine sim``) a study drives Ray Tune's own scheduler and searcher objects as
+Ray's ``TuneController`` does, in simulated time (:func:`simulate_study`); ``--check N`` runs
+the first N studies through ``Tuner.fit`` too and requires the same trials. ``--engine ray``
+runs ``Tuner.fit`` for every study (one Ray session, real processes): with ``--workers 4`` each
+epoch sleeps the surrogate's predicted time for it times ``--time-scale``, so trials end in the
+order their predicted times say, blurred by Ray's latencies. Either way the epoch budget is
+counted by :class:`peer_common.Ledger` as results arrive, and the study ends when it is spent.
 """
 
 from __future__ import annotations

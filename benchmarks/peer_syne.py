@@ -1,6 +1,7 @@
 """Syne Tune's ASHA, BOHB and MOBSTER on the LCBench surrogate, in Syne Tune's simulator.
 
-    python3.11 -m venv .venv-syne && .venv-syne/bin/pip install 'syne-tune[gpsearchers]==0.13.0' onnxruntime
+    python3.11 -m venv .venv-syne
+    .venv-syne/bin/pip install 'syne-tune[gpsearchers]==0.13.0' scikit-learn statsmodels onnxruntime
     PYTHONPATH=$PWD .venv-syne/bin/python benchmarks/peer_syne.py --workers 1
     PYTHONPATH=$PWD .venv-syne/bin/python benchmarks/peer_syne.py --workers 4
 
