@@ -277,7 +277,7 @@ class TrialRun:
         except BaseException as exc:  # noqa: BLE001 - a bug here must not hang the study
             reason = f"orchestrator error: {type(exc).__name__}: {exc}"
             try:
-                outcome = self._record(Outcome("FAIL", "failed", reason=reason), None, {})
+                outcome = self._record(Outcome("FAIL", "failed", reason=reason), None)
             except BaseException:  # noqa: BLE001 - the loop must hear of this trial anyway
                 duration_s = time.monotonic() - self.start_time
                 outcome = TrialOutcome(
@@ -417,14 +417,14 @@ class TrialRun:
         return self._record(outcome, returncode, attrs)
 
     def _record(
-        self, outcome: Outcome, returncode: int | None, extra: dict[str, Any]
+        self, outcome: Outcome, returncode: int | None, extra: dict[str, Any] | None = None
     ) -> TrialOutcome:
         """Store the trial's attrs (``extra`` and its own, in one transaction) and tell Optuna
         (a retried FAIL through the recovery rule: one copy per failed attempt, by any worker)."""
         duration_s = time.monotonic() - self.start_time
         machine, machine_retry = self._machine_failure(outcome)
         attrs: dict[str, Any] = {
-            **extra,
+            **(extra or {}),
             "duration_s": round(duration_s, 3),
             "exit": describe_exit(returncode) if returncode is not None else "unknown",
             "epochs_reported": len(self.history),
