@@ -9,6 +9,7 @@ underscored attribute or module of Optuna (``tests/test_architecture.py`` keeps 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -41,6 +42,47 @@ def uncached(storage: Any) -> Any:
     from optuna.storages._cached_storage import _CachedStorage
 
     return storage._backend if isinstance(storage, _CachedStorage) else storage
+
+
+def set_trial_user_attrs(storage: Any, trial_id: int, attrs: Mapping[str, Any]) -> None:
+    """Write several user attributes of one trial, in one transaction on an RDB storage."""
+    _set_trial_attrs(storage, trial_id, attrs, system=False)
+
+
+def set_trial_system_attrs(storage: Any, trial_id: int, attrs: Mapping[str, Any]) -> None:
+    """Write several system attributes of one trial, in one transaction on an RDB storage."""
+    _set_trial_attrs(storage, trial_id, attrs, system=True)
+
+
+def _set_trial_attrs(
+    storage: Any, trial_id: int, attrs: Mapping[str, Any], *, system: bool
+) -> None:
+    """Optuna's storages write one attribute per transaction, and on SQLite each commit syncs
+    the write-ahead log: a trial's record of a dozen attributes was a dozen syncs. On an
+    RDBStorage (``_CachedStorage`` only forwards these writes to it) they are written in one
+    scoped session through ``RDBStorage._set_trial_attr_without_commit``, the body of its own
+    ``set_trial_*_attr``: all or none, and a finished trial raises
+    ``UpdateFinishedTrialError`` as one call per attribute does. Any other storage (journal,
+    in-memory) gets one call per attribute."""
+    import optuna
+
+    if not attrs:
+        return
+    backend = uncached(storage)
+    if not isinstance(backend, optuna.storages.RDBStorage):
+        write = storage.set_trial_system_attr if system else storage.set_trial_user_attr
+        for key, value in attrs.items():
+            write(trial_id, key, value)
+        return
+    from optuna.storages._rdb import models
+    from optuna.storages._rdb.storage import _create_scoped_session
+
+    model = models.TrialSystemAttributeModel if system else models.TrialUserAttributeModel
+    # ignore_integrity_error as Optuna's own set_trial_*_attr: a concurrent insert of the same
+    # key by another process is not an error.
+    with _create_scoped_session(backend.scoped_session, True) as session:
+        for key, value in attrs.items():
+            backend._set_trial_attr_without_commit(session, model, trial_id, key, value)
 
 
 def heartbeat_model() -> Any:
@@ -80,6 +122,8 @@ def single_objective_only(sampler_class: type) -> bool:
 __all__ = [
     "CONSTRAINTS_KEY",
     "heartbeat_model",
+    "set_trial_system_attrs",
+    "set_trial_user_attrs",
     "single_objective_only",
     "storage_of",
     "study_id_of",

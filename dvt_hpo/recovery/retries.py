@@ -321,8 +321,12 @@ class Ledger:
         self._over_budget: set[int] = set()
         self._prior: set[int] = set()  # copied from an earlier study (warm_start)
         self._superseded_by: dict[int, int] = {}  # FAIL number -> first copy that retries it
+        self._known: optuna.trial.FrozenTrial | None = None
 
-    def refresh(self) -> None:
+    def refresh(self, known: optuna.trial.FrozenTrial | None = None) -> None:
+        """Read what changed; ``known``: a trial the caller has just read under the study lock
+        (one of its own, RUNNING), used as it is rather than read again."""
+        self._known = known
         if not self._entries:
             self._read_all()
         else:
@@ -350,7 +354,8 @@ class Ledger:
             self._record(number, mark.trial_id, mark.state, mark.system_attrs)
 
     def _read(self, number: int, trial_id: int) -> None:
-        trial = self._storage.get_trial(trial_id)
+        known = self._known
+        trial = known if known and known.number == number else self._storage.get_trial(trial_id)
         self._record(number, trial_id, trial.state.name, trial.system_attrs)
 
     def _record(

@@ -27,7 +27,7 @@ from dvt_hpo.batch.cache import StudyCache
 from dvt_hpo.budget import compute as compute_budget
 from dvt_hpo.devices import slots as device_slots
 from dvt_hpo.exceptions import DvtHpoError, StudyStopped
-from dvt_hpo.optuna_api.private import trial_id_of
+from dvt_hpo.optuna_api.private import set_trial_user_attrs, trial_id_of
 from dvt_hpo.process import launch
 from dvt_hpo.process.import_path import child_pythonpath
 from dvt_hpo.recovery import kill_points, resume, stopped_nodes
@@ -463,8 +463,9 @@ class StudyRunner:
         except Exception as exc:
             # Nothing runs for this trial: end it with the reason, not RUNNING until stale.
             with contextlib.suppress(Exception), self.study_lock:
-                trial.set_user_attr("status", "failed")
-                trial.set_user_attr("reason", f"orchestrator error: {type(exc).__name__}: {exc}")
+                reason = f"orchestrator error: {type(exc).__name__}: {exc}"
+                attrs = {"status": "failed", "reason": reason}
+                set_trial_user_attrs(self.storage, trial_id_of(trial), attrs)
                 tell(self.study, trial, state=recovery.trial_state("FAIL"), skip_if_finished=True)
             raise
 
@@ -484,18 +485,18 @@ class StudyRunner:
             # (dvt_hpo.recovery.stale): record one at once.
             recovery.record_heartbeat(self.storage, trial_id)
             kill_points.reached("start:heartbeat")
-            retried = recovery.retried_trial_number(self.storage.get_trial(trial_id))
+            started = self.storage.get_trial(trial_id)
+            retried = recovery.retried_trial_number(started)
             # A copy stands in its original's place (the first of its chain): over budget
             # when that was, e.g. an attempt asked past the budget whose worker was killed
             # before it could close it.
-            if self._over_budget(trial.number if retried is None else retried):
+            if self._over_budget(trial.number if retried is None else retried, started):
                 # Storages number trials atomically, so "the first n_trials count" is exact
                 # across workers; the extra one is closed at once and never counted.
                 self.storage.set_trial_system_attr(trial_id, recovery.OVER_BUDGET_ATTR, True)
-                trial.set_user_attr("status", "over-budget")
-                trial.set_user_attr(
-                    "reason", "another worker took the last trial of study.n_trials first"
-                )
+                reason = "another worker took the last trial of study.n_trials first"
+                attrs = {"status": "over-budget", "reason": reason}
+                set_trial_user_attrs(self.storage, trial_id, attrs)
                 tell(self.study, trial, state=recovery.trial_state("FAIL"))
                 resume.closed_unrun(spec, self.storage.get_trial(trial_id))
                 return False
@@ -509,8 +510,7 @@ class StudyRunner:
         if retried is not None:
             attrs["retry_of"] = retried
         with self.study_lock:
-            for key, value in attrs.items():
-                trial.set_user_attr(key, value)
+            set_trial_user_attrs(self.storage, trial_id, attrs)  # one transaction
         self.running[trial.number] = run
         try:
             run.start()
@@ -519,11 +519,11 @@ class StudyRunner:
             raise
         return True
 
-    def _over_budget(self, number: int) -> bool:
+    def _over_budget(self, number: int, started: optuna.trial.FrozenTrial) -> bool:
         n_trials = self.spec.study.n_trials
         if n_trials is None:
             return False
-        self.ledger.refresh()
+        self.ledger.refresh(known=started)  # just read: not read again
         return self.ledger.used(below=number) >= n_trials
 
     def _interrupt(self) -> None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from dvt_hpo.batch.cache import cache_key
 from dvt_hpo.devices.gpu_share import GpuShare
 from dvt_hpo.devices.slots import Slot
-from dvt_hpo.optuna_api.private import storage_of, trial_id_of
+from dvt_hpo.optuna_api.private import set_trial_user_attrs, storage_of, trial_id_of
 from dvt_hpo.process import cgroup, launch
 from dvt_hpo.process.tree import TrialProcess, describe_exit
 from dvt_hpo.recovery import kill_points, node_health, resume, retries
@@ -408,19 +408,23 @@ class TrialRun:
         if self.over_budget is not None and outcome.state != "COMPLETE":
             why = f"stopped: {self.over_budget} (study.budget.strict)"
             outcome = dataclasses.replace(outcome, reason=why, retry=False)
+        attrs: dict[str, Any] = {}
         if result is not None and result.startup_s is not None:
             # Launch to the entry point's call: what a warm start saves.
-            self._set_attrs({"startup_s": result.startup_s})
+            attrs["startup_s"] = result.startup_s
         if result is not None and result.status == "ok" and result.metrics:
-            self._set_attrs({"final_metrics": result.metrics})
-        return self._record(outcome, returncode)
+            attrs["final_metrics"] = result.metrics
+        return self._record(outcome, returncode, attrs)
 
-    def _record(self, outcome: Outcome, returncode: int | None) -> TrialOutcome:
-        """Store the trial's attrs and tell Optuna (a retried FAIL through the recovery rule:
-        one copy per failed attempt, whichever worker notices first)."""
+    def _record(
+        self, outcome: Outcome, returncode: int | None, extra: dict[str, Any] | None = None
+    ) -> TrialOutcome:
+        """Store the trial's attrs (``extra`` and its own, in one transaction) and tell Optuna
+        (a retried FAIL through the recovery rule: one copy per failed attempt, by any worker)."""
         duration_s = time.monotonic() - self.start_time
         machine, machine_retry = self._machine_failure(outcome)
         attrs: dict[str, Any] = {
+            **(extra or {}),
             "duration_s": round(duration_s, 3),
             "exit": describe_exit(returncode) if returncode is not None else "unknown",
             "epochs_reported": len(self.history),
@@ -570,15 +574,15 @@ class TrialRun:
         import optuna
 
         with self.study.lock:
-            for key, value in attrs.items():
-                try:
-                    self.study.db(
-                        lambda key=key, value=value: self.trial.set_user_attr(key, value),
-                        "recording",
-                    )
-                except optuna.exceptions.UpdateFinishedTrialError:
-                    # Another worker failed it as stale (and retried it): its record stands.
-                    return
+            try:
+                # One transaction, not one per attr (each a sync of SQLite's log).
+                self.study.db(
+                    lambda: set_trial_user_attrs(self.study.storage, self.trial_id, attrs),
+                    "recording",
+                )
+            except optuna.exceptions.UpdateFinishedTrialError:
+                # Another worker failed it as stale (and retried it): its record stands.
+                return
 
 
 def tell(study: optuna.Study, trial: optuna.Trial, *args: Any, **kwargs: Any) -> Any:

@@ -97,3 +97,76 @@ def test_single_objective_samplers_are_the_ones_that_refuse_two_objectives() -> 
     with pytest.raises(ValueError):
         study.optimize(lambda t: (t.suggest_float("x", 0, 1), 0.0), n_trials=1)
     assert "_raise_error_if_multi_objective" in inspect.getsource(cma)
+
+
+ATTRS = {"status": "done", "history": [[0, 0.5], [1, 0.25]], "exit": 0, "final": {"loss": 0.1}}
+
+
+def _commits(engine: sqlalchemy.engine.Engine) -> list[int]:
+    commits: list[int] = []
+    sqlalchemy.event.listen(engine, "commit", lambda conn: commits.append(1))
+    return commits
+
+
+@pytest.mark.parametrize("system", [False, True])
+def test_a_trials_attrs_are_written_in_one_transaction(
+    rdb_study: optuna.Study, system: bool
+) -> None:
+    trial = rdb_study.ask()
+    storage = private.storage_of(rdb_study)
+    commits = _commits(private.uncached(storage).engine)
+    write = private.set_trial_system_attrs if system else private.set_trial_user_attrs
+    write(storage, private.trial_id_of(trial), ATTRS)
+    assert len(commits) == 1
+    stored = storage.get_trial(private.trial_id_of(trial))
+    assert {k: (stored.system_attrs if system else stored.user_attrs)[k] for k in ATTRS} == ATTRS
+
+
+@pytest.mark.parametrize("system", [False, True])
+def test_one_transaction_stores_what_one_call_per_attr_stores(
+    rdb_study: optuna.Study, system: bool
+) -> None:
+    storage = private.storage_of(rdb_study)
+    one, each = rdb_study.ask(), rdb_study.ask()
+    for trial in (one, each):  # an attr written before is replaced, as Optuna's upsert does
+        storage.set_trial_user_attr(private.trial_id_of(trial), "status", "running")
+        storage.set_trial_system_attr(private.trial_id_of(trial), "status", "running")
+    write = private.set_trial_system_attrs if system else private.set_trial_user_attrs
+    write(storage, private.trial_id_of(one), ATTRS)
+    per_attr = storage.set_trial_system_attr if system else storage.set_trial_user_attr
+    for key, value in ATTRS.items():
+        per_attr(private.trial_id_of(each), key, value)
+    stored = [storage.get_trial(private.trial_id_of(t)) for t in (one, each)]
+    assert stored[0].user_attrs == stored[1].user_attrs
+    assert stored[0].system_attrs == stored[1].system_attrs
+    assert (stored[0].system_attrs if system else stored[0].user_attrs)["status"] == "done"
+
+
+def test_attrs_of_a_finished_trial_raise_and_write_nothing(rdb_study: optuna.Study) -> None:
+    trial = rdb_study.ask()
+    rdb_study.tell(trial, 1.0)
+    storage = private.storage_of(rdb_study)
+    for write in (private.set_trial_user_attrs, private.set_trial_system_attrs):
+        with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
+            write(storage, private.trial_id_of(trial), ATTRS)
+    stored = private.uncached(storage).get_trial(private.trial_id_of(trial))
+    assert not set(ATTRS) & (set(stored.user_attrs) | set(stored.system_attrs))
+
+
+@pytest.mark.parametrize("kind", ["journal", "memory"])
+def test_other_storages_get_one_call_per_attr(tmp_path: Path, kind: str) -> None:
+    if kind == "journal":
+        backend = optuna.storages.journal.JournalFileBackend(str(tmp_path / "j.log"))
+        study = optuna.create_study(storage=optuna.storages.JournalStorage(backend))
+    else:
+        study = optuna.create_study()
+    storage = private.storage_of(study)
+    trial = study.ask()
+    private.set_trial_user_attrs(storage, private.trial_id_of(trial), ATTRS)
+    private.set_trial_system_attrs(storage, private.trial_id_of(trial), {"x": 1})
+    stored = storage.get_trial(private.trial_id_of(trial))
+    assert stored.user_attrs == ATTRS
+    assert stored.system_attrs["x"] == 1
+    study.tell(trial, 1.0)
+    with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
+        private.set_trial_user_attrs(storage, private.trial_id_of(trial), {"late": 1})

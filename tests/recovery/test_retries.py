@@ -305,6 +305,14 @@ def test_the_ledger_reads_only_new_and_unfinished_trials(tmp_path: Path) -> None
     assert sorted(reads) == sorted([running._trial_id, new._trial_id])
     assert bulk == []
     assert ledger.used() == 32
+    # A trial the caller has just read (the loop's start of its own) is not read again.
+    started = study.ask()
+    known = original(started._trial_id)
+    reads.clear()
+    ledger.refresh(known=known)
+    assert reads == [running._trial_id]
+    assert ledger.used() == 33
+    assert ledger.budget(lambda n: n == started.number) == retries.Budget(33, 0, 1)
 
 
 def _marked_fail(study: optuna.Study, storage: Any, params: dict[str, float]) -> int:
