@@ -20,6 +20,7 @@ to them: like is compared with like.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 import tempfile
@@ -117,7 +118,12 @@ def main(argv: list[str] | None = None) -> int:
     budget = pc.BUDGET_EPOCHS
     peers = load_cells(args.results, set(tasks), set(seeds))
     for folder in args.extra:
-        peers += load_cells(folder, set(tasks), set(seeds))
+        # dvt-hpo's own 4-at-a-time runs are named as their one-at-a-time cells ("default"):
+        # named "@4" here, so they are not taken for the replayed rows of the first table.
+        peers += [
+            r if "@" in r.cell else dataclasses.replace(r, cell=f"{r.cell}@4")
+            for r in load_cells(folder, set(tasks), set(seeds))
+        ]
     # dvt-hpo on the (task, seed) pairs some peer has.
     have = sorted({(r.task, r.seed) for r in peers})
     dvt_folder = args.dvt_results or Path(tempfile.mkdtemp(prefix="peers-dvt-"))
