@@ -45,19 +45,56 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # The suite runs on two xdist workers (addopts in pyproject.toml, `--dist loadgroup`). Tests of
-# a resource there is one of run one at a time: the single Slurm node, a throwaway PostgreSQL
-# server (they restart and pause it, and time the outage) and PgBouncer in front of the shared
-# server. They carry one xdist_group, so that loadgroup sends them to one worker; and, as
-# pytest 9.2 ignores the group xdist 3.8 writes into the test's id, each also holds a lock file
-# of the run while it runs, which keeps them one at a time whichever worker runs them.
+# a resource there is one of run on one worker, one at a time: the single Slurm node, a throwaway
+# PostgreSQL server (they restart and pause it, and time the outage) and PgBouncer in front of the
+# shared server. pytest 9.2 ignores the `@group` suffix xdist 3.8 writes into a grouped test's id,
+# so the group is given to xdist's own loadgroup scheduler by path (``pytest_xdist_make_scheduler``
+# below): the controller sees test ids only. Given as one work unit, and the largest one, it
+# starts first on one worker while the other takes every other test; before, each worker took
+# these tests as they came and one of them waited, idle, on the lock below for the other's
+# Slurm test. The lock stays, so that a run with another `--dist` keeps them one at a time.
 ONE_AT_A_TIME = "one-at-a-time"
 _ONE_AT_A_TIME_FIXTURES = {"slurm_cluster", "postgres_cluster"}
+_ONE_AT_A_TIME_PATHS = (
+    "tests/cluster/",
+    "tests/store/suite/test_outage.py",
+    "tests/store/suite/test_pgbouncer.py",
+)
+
+
+def needs_the_one_resource(nodeid: str) -> bool:
+    """Whether the test ``nodeid`` (relative to the repository) runs in the one-at-a-time group."""
+    return nodeid.startswith(_ONE_AT_A_TIME_PATHS)
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
     fixtures = set(getattr(item, "fixturenames", ()))
-    if fixtures & _ONE_AT_A_TIME_FIXTURES or item.path.name == "test_pgbouncer.py":
+    grouped = needs_the_one_resource(item.nodeid)
+    if fixtures & _ONE_AT_A_TIME_FIXTURES and not grouped:
+        # Outside the group's paths it would run beside another such test's worker, waiting on
+        # the lock: the scheduler only knows the paths.
+        raise pytest.UsageError(
+            f"{item.nodeid} uses {sorted(fixtures & _ONE_AT_A_TIME_FIXTURES)}: tests of the one "
+            f"Slurm node or a throwaway PostgreSQL server live under {_ONE_AT_A_TIME_PATHS}"
+        )
+    if grouped:
         item.add_marker(pytest.mark.xdist_group(ONE_AT_A_TIME))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """loadgroup with the one-at-a-time group found by path (see above); other modes as xdist
+    has them."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class OneResourceGroup(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if needs_the_one_resource(nodeid):
+                return ONE_AT_A_TIME
+            return super()._split_scope(nodeid)
+
+    return OneResourceGroup(config, log)
 
 
 @pytest.hookimpl(wrapper=True)
