@@ -26,6 +26,9 @@ from tests.conftest import REPO_ROOT, TOY_ENTRYPOINT, toy_study
 
 # Every wait on the orchestrator or a trial is bounded by this (a hang fails, never blocks).
 EVENT_TIMEOUT_S = 30.0
+# A whole run to its end: a bound against a hang, not a speed check. Two workers running a few
+# trials under coverage on 2 loaded cores took over 30 s (the budget tests, CI).
+FINISH_TIMEOUT_S = 180.0
 RUNNING_TEXT = "running"
 
 
@@ -137,7 +140,7 @@ class Orchestrator:
             if not self._changed.wait_for(lambda: any(text in x for x in self.lines), timeout_s):
                 raise AssertionError(f"no line with {text!r} within {timeout_s} s:\n{self.lines}")
 
-    def finish(self, timeout_s: float = EVENT_TIMEOUT_S) -> tuple[int, str]:
+    def finish(self, timeout_s: float = FINISH_TIMEOUT_S) -> tuple[int, str]:
         try:
             code = self.proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
