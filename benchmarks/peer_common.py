@@ -171,6 +171,9 @@ def study_result(
         "exit_code": 0,
         "trials": trials,
         "engine": "peer",
+        # Trials at a time, from the cell's "@N"; their epochs ran in simulated time.
+        "parallel": int(cell.rsplit("@", 1)[1]) if "@" in cell else 1,
+        "sleep_scale": 0.0,
     }
 
 
