@@ -28,7 +28,6 @@ from dvt_hpo.budget import compute as compute_budget
 from dvt_hpo.devices import slots as device_slots
 from dvt_hpo.exceptions import DvtHpoError, StudyStopped
 from dvt_hpo.optuna_api.private import set_trial_user_attrs, trial_id_of
-from dvt_hpo.process import launch
 from dvt_hpo.process.import_path import child_pythonpath
 from dvt_hpo.recovery import kill_points, resume, stopped_nodes
 from dvt_hpo.recovery import retries as recovery
@@ -52,12 +51,12 @@ from dvt_hpo.study.handle import StudyHandle
 from dvt_hpo.study.observers import ObserverFactory, Observers
 from dvt_hpo.study.setup import (
     check_runs_dir,
+    launcher_for,
     open_for_run,
     reseeded_sampler,
     study_settings,
 )
 from dvt_hpo.study.trial_run import TrialRun, tell
-from dvt_hpo.studyfile import BUILTIN_ENTRYPOINT
 from dvt_hpo.text.redact import redact_url
 
 if TYPE_CHECKING:
@@ -116,22 +115,7 @@ class StudyRunner:
             "PYTHONPATH": child_pythonpath(spec.path.parent),
             "PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1"),
         }
-        self.launcher = launch.Launcher(
-            launcher=spec.trials.launcher,
-            nproc_per_node=spec.trials.nproc_per_node,
-            warm=spec.trials.warm,
-            preload=launch.warm_modules(
-                spec.trainer.entrypoint, BUILTIN_ENTRYPOINT, spec.trials.preload
-            ),
-            base_env=self.child_env,
-            cwd=spec.path.parent,
-            log_path=spec.trials.runs_dir / "warm-template.log",
-            # What the template's warm-up hooks write (import-time settings and caches) stays
-            # in the study's runs folder.
-            warm_dir=spec.trials.runs_dir / "warm-template",
-            log_limit=spec.trials.log_limit,
-            out=lambda line: self.out(line),
-        )
+        self.launcher = launcher_for(spec, self.child_env, out=lambda line: self.out(line))
         self.study: optuna.Study
         self.storage: Any
         self.cache: StudyCache
@@ -461,6 +445,8 @@ class StudyRunner:
                 self.fail_attempt(trial_id_of(trial))
             raise
         except Exception as exc:
+            if self._ended_elsewhere(trial, exc):
+                return False
             # Nothing runs for this trial: end it with the reason, not RUNNING until stale.
             with contextlib.suppress(Exception), self.study_lock:
                 reason = f"orchestrator error: {type(exc).__name__}: {exc}"
@@ -468,6 +454,21 @@ class StudyRunner:
                 set_trial_user_attrs(self.storage, trial_id_of(trial), attrs)
                 tell(self.study, trial, state=recovery.trial_state("FAIL"), skip_if_finished=True)
             raise
+
+    def _ended_elsewhere(self, trial: optuna.Trial, exc: Exception) -> bool:
+        """Whether another worker's stale sweep finished ``trial`` before its launch (an
+        overloaded machine): that worker recorded it and queued its copy; this one goes on."""
+        import optuna
+
+        if not isinstance(exc, optuna.exceptions.UpdateFinishedTrialError):
+            return False
+        with self.study_lock:
+            trial_id = trial_id_of(trial)
+            stored = self.db(lambda: self.storage.get_trial(trial_id), "reading a trial")
+        retried = recovery.RETRY_ATTR in stored.system_attrs
+        grace_s = self.spec.study.grace_period_s
+        self.out(run_messages.ended_before_start(trial.number, retried=retried, grace_s=grace_s))
+        return True
 
     def _start(self, trial: optuna.Trial, slot: device_slots.Slot) -> bool:
         spec = self.spec

@@ -207,6 +207,17 @@ def waiting_line(
     )
 
 
+def ended_before_start(number: int, *, retried: bool, grace_s: float) -> str:
+    """A trial another worker ended between this worker's ask and its launch: what happened,
+    what becomes of it, and the setting that decides it."""
+    then = "its copy is queued for a retry" if retried else "it is not retried"
+    return (
+        f"trial {number} was ended by another worker before it started here (its heartbeat "
+        f"looked older than study.grace_period_s={grace_s:g} s; on a machine this loaded, "
+        f"raise it): {then}; this worker goes on"
+    )
+
+
 def fmt_params(params: Mapping[str, Any]) -> str:
     return " ".join(
         f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items()

@@ -1,7 +1,7 @@
 """A run's start on its study: the study opened (or created) through
 :meth:`dvt_hpo.store.opening.StudyAt.create_or_load` with the direction and search-space checks
 under its creation lock, then the sampler and pruner, the study file's settings written into the
-study's attrs, its start and its seeds."""
+study's attrs, its start and its seeds; and the launcher its trials start through."""
 
 from __future__ import annotations
 
@@ -16,12 +16,14 @@ from typing import TYPE_CHECKING, Any
 from dvt_hpo.budget.compute import mark_started
 from dvt_hpo.exceptions import SpecError
 from dvt_hpo.optuna_api.private import storage_of, study_id_of
+from dvt_hpo.process import launch
 from dvt_hpo.store import compat
 from dvt_hpo.store.lock import LOCK_TIMEOUT_S, retry_lock
 from dvt_hpo.store.opening import OpenStudy, StoredStudy, StudyAt
 from dvt_hpo.store.queries import count_trials
 from dvt_hpo.store.storage import HeartbeatSettings
 from dvt_hpo.study.seeding import seed_study
+from dvt_hpo.studyfile import BUILTIN_ENTRYPOINT
 from dvt_hpo.text.redact import redact_url
 
 if TYPE_CHECKING:
@@ -97,6 +99,28 @@ def reseeded_sampler(spec: StudySpec, first_number: int) -> optuna.samplers.Base
     )
 
 
+def launcher_for(
+    spec: StudySpec, child_env: dict[str, str], *, out: Callable[[str], None]
+) -> launch.Launcher:
+    """How the run's trials start: plain or torchrun, cold or forked from a warm template."""
+    return launch.Launcher(
+        launcher=spec.trials.launcher,
+        nproc_per_node=spec.trials.nproc_per_node,
+        warm=spec.trials.warm,
+        preload=launch.warm_modules(
+            spec.trainer.entrypoint, BUILTIN_ENTRYPOINT, spec.trials.preload
+        ),
+        base_env=child_env,
+        cwd=spec.path.parent,
+        log_path=spec.trials.runs_dir / "warm-template.log",
+        # What the template's warm-up hooks write (import-time settings and caches) stays in
+        # the study's runs folder.
+        warm_dir=spec.trials.runs_dir / "warm-template",
+        log_limit=spec.trials.log_limit,
+        out=out,
+    )
+
+
 def runs_dir_problem(path: Path) -> str | None:
     """Why trial folders cannot be made under ``path`` (``None`` when they can), found without
     creating anything: the folder, or its nearest existing ancestor, must be a writable
@@ -161,6 +185,7 @@ def check_settings(
 
 
 __all__ = [
+    "launcher_for",
     "ATTR_PREFIX",
     "check_runs_dir",
     "check_settings",

@@ -804,3 +804,44 @@ def test_a_plateau_ends_the_run_with_exit_0_and_a_rerun_searches_on(
     assert "study.plateau reached" in proc.stdout
     study = optuna.load_study(study_name=unique_name, storage=load_spec(path).study.storage)
     assert len(study.trials) == 7
+
+
+def test_a_trial_another_worker_failed_as_stale_before_its_launch_does_not_end_the_run(
+    write_study: Callable[..., Path], unique_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On an overloaded machine another worker's sweep can fail a trial between this worker's
+    # ask and its launch (its heartbeat looked stale). That worker recorded it and queued its
+    # copy; this one must go on, not end its run with an orchestrator error.
+    from dvt_hpo.optuna_api.private import trial_id_of
+    from dvt_hpo.recovery import kill_points
+    from dvt_hpo.recovery import retries as recovery
+
+    doc = toy(unique_name, [{"do": "curve", "values": [0.5]}])
+    spec = load_spec(write_study(doc))
+    optuna.create_study(storage=spec.study.storage, study_name=unique_name, direction="maximize")
+    other = StudyAt.of(spec).load()  # the other worker's own connection
+    reached = kill_points.reached
+    swept: list[int] = []
+
+    def sweep_at_ask(step: str) -> None:
+        reached(step)
+        if step == "ask" and not swept:
+            (trial,) = other.study.get_trials(states=(State.RUNNING,))
+            swept.append(trial.number)
+            assert recovery.fail_attempt(
+                other.study, other.storage, trial_id_of(trial), retry=True, max_retries=1
+            )
+
+    monkeypatch.setattr(kill_points, "reached", sweep_at_ask)
+    lines: list[str] = []
+    study = StudyRunner(spec, out=lines.append).run()  # raised StudyStopped before
+    by_number = {t.number: t for t in study.trials}
+    assert swept == [0]
+    assert by_number[0].state == State.FAIL
+    copy = next(t for t in study.trials if retried_trial_number(t) == 0)
+    assert copy.state == State.COMPLETE
+    assert sum(t.state == State.COMPLETE for t in study.trials) == 2  # n_trials: 2
+    said = [line for line in lines if "ended by another worker before it started" in line]
+    assert len(said) == 1, lines
+    assert said[0].startswith("trial 0 was ended") and "copy is queued for a retry" in said[0]
+    assert "study.grace_period_s=3 s" in said[0]
