@@ -1,11 +1,10 @@
-"""A trial's share of a GPU (dvt_hpo.devices.gpu_share): the arithmetic and what it refuses;
-applying it (dvt_hpo.devices.gpu_cap) where CUDA is missing (the CUDA path itself runs in benchmarks/gpu_check.py)."""
+"""A trial's share of a GPU (dvt_hpo.devices.gpu_share): the arithmetic and what it refuses.
+Applying it in the trial process: tests/devices/test_gpu_cap.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from dvt_hpo.devices.gpu_cap import apply_share
 from dvt_hpo.devices.gpu_share import (
     CONTEXT_RESERVE_BYTES,
     GpuShare,
@@ -59,19 +58,3 @@ def test_a_share_that_leaves_nothing_is_refused_with_the_numbers() -> None:
 def test_a_share_is_checked(kwargs: dict[str, object], error: str) -> None:
     with pytest.raises((TypeError, ValueError), match=error):
         GpuShare(**kwargs)  # type: ignore[arg-type]
-
-
-def test_no_share_or_no_cuda_applies_nothing() -> None:
-    assert apply_share(None) == {}
-    torch = pytest.importorskip("torch")
-    if torch.cuda.is_available():
-        pytest.skip("CUDA is here: benchmarks/gpu_check.py checks the real cap")
-    assert apply_share(GpuShare(2)) == {}
-
-
-def test_a_share_without_torch_fails_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
-    import sys
-
-    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
-    with pytest.raises(GpuShareError, match="per_gpu=2 caps .* through torch, which"):
-        apply_share(GpuShare(2))
