@@ -23,6 +23,13 @@ def trial_id_of(trial: optuna.trial.Trial | optuna.trial.FrozenTrial) -> int:
     return trial._trial_id
 
 
+def frozen_at_ask(trial: optuna.trial.Trial) -> optuna.trial.FrozenTrial:
+    """The trial as ``study.ask`` read it back (``Trial._cached_frozen_trial``: its number,
+    RUNNING, the system attrs an enqueued copy carries): reading it again cost every launch a
+    query. Suggestions made since are in it too; what other calls wrote since is not."""
+    return trial._cached_frozen_trial
+
+
 def storage_of(study: optuna.Study) -> optuna.storages.BaseStorage:
     """The storage a study writes through (``Study._storage``; on RDB storages Optuna's trial
     cache wraps it): for study-level system attributes, which ``Study`` only reads through a
@@ -121,6 +128,7 @@ def single_objective_only(sampler_class: type) -> bool:
 
 __all__ = [
     "CONSTRAINTS_KEY",
+    "frozen_at_ask",
     "heartbeat_model",
     "set_trial_system_attrs",
     "set_trial_user_attrs",

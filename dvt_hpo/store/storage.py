@@ -221,6 +221,23 @@ def _prepare_sqlite(path: Path) -> None:
         conn.close()
 
 
+def _wal_commits_sync_at_checkpoints(dbapi_connection: Any, _record: Any) -> None:
+    # SQLite's default (synchronous=FULL) syncs the write-ahead log at every commit: about 10
+    # per trial, 0.5 ms each on a quiet SSD and 4 ms on a loaded one, and the write lock is held
+    # meanwhile, which other workers wait on. In WAL mode NORMAL syncs at checkpoints only and
+    # stays consistent; a killed process loses nothing (its commits are in the log), a power
+    # cut or kernel crash can lose the last commits before it, never the file
+    # (docs/concepts/storage.md). A database in another journal mode keeps FULL: there NORMAL
+    # could corrupt it on a power cut.
+    cursor = dbapi_connection.cursor()
+    try:
+        (mode,) = cursor.execute("PRAGMA journal_mode").fetchone()
+        if str(mode).lower() == "wal":
+            cursor.execute("PRAGMA synchronous=NORMAL")
+    finally:
+        cursor.close()
+
+
 def engine_kwargs(url: str) -> dict[str, Any]:
     kind = storage_kind(url)
     if kind == "sqlite":
@@ -266,6 +283,11 @@ def rdb_storage(
         kwargs[callback_kw] = retry_callback(heartbeat.max_retries)
     with quiet_experimental():
         storage = optuna.storages.RDBStorage(url, **kwargs)
+    if sqlite_path(url) is not None:  # a file; an in-memory database would not outlive dispose
+        import sqlalchemy
+
+        sqlalchemy.event.listen(storage.engine, "connect", _wal_commits_sync_at_checkpoints)
+        storage.engine.dispose()  # the connection Optuna's table creation opened: without it
     if check:
         check_schema(storage)
     return storage

@@ -27,7 +27,7 @@ from dvt_hpo.batch.cache import StudyCache
 from dvt_hpo.budget import compute as compute_budget
 from dvt_hpo.devices import slots as device_slots
 from dvt_hpo.exceptions import DvtHpoError, StudyStopped
-from dvt_hpo.optuna_api.private import set_trial_user_attrs, trial_id_of
+from dvt_hpo.optuna_api.private import frozen_at_ask, set_trial_user_attrs, trial_id_of
 from dvt_hpo.process.import_path import child_pythonpath
 from dvt_hpo.recovery import kill_points, resume, stopped_nodes
 from dvt_hpo.recovery import retries as recovery
@@ -486,7 +486,7 @@ class StudyRunner:
             # (dvt_hpo.recovery.stale): record one at once.
             recovery.record_heartbeat(self.storage, trial_id)
             kill_points.reached("start:heartbeat")
-            started = self.storage.get_trial(trial_id)
+            started = frozen_at_ask(trial)  # what the ledger and the retry mark need
             retried = recovery.retried_trial_number(started)
             # A copy stands in its original's place (the first of its chain): over budget
             # when that was, e.g. an attempt asked past the budget whose worker was killed

@@ -43,6 +43,20 @@ def test_trial_ids_are_the_storages_for_live_and_frozen_trials(rdb_study: optuna
         )
 
 
+def test_a_trial_as_ask_read_it_is_what_the_storage_holds_then(rdb_study: optuna.Study) -> None:
+    rdb_study.enqueue_trial({"x": 0.25}, user_attrs={"u": 1})
+    storage = private.storage_of(rdb_study)
+    trial = rdb_study.ask()
+    frozen = private.frozen_at_ask(trial)
+    stored = storage.get_trial(private.trial_id_of(trial))
+    assert isinstance(frozen, optuna.trial.FrozenTrial)
+    assert (frozen.number, frozen.state) == (trial.number, optuna.trial.TrialState.RUNNING)
+    assert frozen.system_attrs == stored.system_attrs
+    assert frozen.system_attrs["fixed_params"] == {"x": 0.25}  # what a queued copy carries
+    assert frozen.user_attrs == stored.user_attrs == {"u": 1}
+    assert private.trial_id_of(frozen) == private.trial_id_of(trial)
+
+
 def test_the_study_id_and_storage_are_the_ones_its_name_resolves_to(
     rdb_study: optuna.Study,
 ) -> None:

@@ -39,6 +39,26 @@ def test_sqlite_storage_uses_wal_and_heartbeats(tmp_path: Path) -> None:
     assert mode == "wal"
 
 
+def _synchronous(storage: Any) -> int:
+    """SQLite's synchronous setting on a connection of ``storage``'s pool (1 NORMAL, 2 FULL)."""
+    with storage.engine.connect() as conn:
+        return int(conn.exec_driver_sql("PRAGMA synchronous").scalar_one())
+
+
+def test_wal_commits_sync_at_checkpoints_and_other_journal_modes_at_each_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dvt_hpo.store.storage as storage
+
+    wal = create(f"sqlite:///{tmp_path}/wal.db")
+    assert _synchronous(wal.storage) == 1  # every pooled connection, the first too
+    loaded = StudyAt(f"sqlite:///{tmp_path}/wal.db", wal.study.study_name).load()
+    assert _synchronous(loaded.storage) == 1
+    monkeypatch.setattr(storage, "filesystem_type", lambda path: "nfs4")
+    rollback = create(f"sqlite:///{tmp_path}/nfs.db")  # no WAL there: FULL, SQLite's default
+    assert _synchronous(rollback.storage) == 2
+
+
 def test_journal_storage_opens_without_heartbeat(tmp_path: Path) -> None:
     opened = create(f"journal:///{tmp_path}/j.log")
     assert not supports_heartbeat(opened.storage)
