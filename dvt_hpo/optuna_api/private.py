@@ -9,6 +9,8 @@ underscored attribute or module of Optuna (``tests/test_architecture.py`` keeps 
 from __future__ import annotations
 
 import inspect
+import json
+import sqlite3
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -64,13 +66,16 @@ def set_trial_system_attrs(storage: Any, trial_id: int, attrs: Mapping[str, Any]
 def _set_trial_attrs(
     storage: Any, trial_id: int, attrs: Mapping[str, Any], *, system: bool
 ) -> None:
-    """Optuna's storages write one attribute per transaction, and on SQLite each commit syncs
-    the write-ahead log: a trial's record of a dozen attributes was a dozen syncs. On an
-    RDBStorage (``_CachedStorage`` only forwards these writes to it) they are written in one
-    scoped session through ``RDBStorage._set_trial_attr_without_commit``, the body of its own
-    ``set_trial_*_attr``: all or none, and a finished trial raises
-    ``UpdateFinishedTrialError`` as one call per attribute does. Any other storage (journal,
-    in-memory) gets one call per attribute."""
+    """Optuna's storages write one attribute per transaction (on SQLite each commit synced the
+    log: a trial's record of a dozen attributes was a dozen syncs), and each write reads the
+    trial again to check that it still runs. On an RDBStorage (``_CachedStorage`` only forwards
+    these writes to it) a batch is one transaction: on SQLite and PostgreSQL one check of the
+    trial's state (``models.TrialModel.find_or_raise_by_id`` and
+    ``RDBStorage.check_trial_is_updatable``, as Optuna's ``_set_trial_attr_without_commit``
+    does) and one upsert of every row, in Optuna's own statement and JSON; on other databases
+    Optuna's ``_set_trial_attr_without_commit`` per attribute. All or none, and a finished
+    trial raises ``UpdateFinishedTrialError`` as one call per attribute does. Any other storage
+    (journal, in-memory) gets one call per attribute."""
     import optuna
 
     if not attrs:
@@ -85,11 +90,41 @@ def _set_trial_attrs(
     from optuna.storages._rdb.storage import _create_scoped_session
 
     model = models.TrialSystemAttributeModel if system else models.TrialUserAttributeModel
+    insert = _upsert_dialect(backend.engine.name)
     # ignore_integrity_error as Optuna's own set_trial_*_attr: a concurrent insert of the same
     # key by another process is not an error.
     with _create_scoped_session(backend.scoped_session, True) as session:
-        for key, value in attrs.items():
-            backend._set_trial_attr_without_commit(session, model, trial_id, key, value)
+        if insert is None:
+            for key, value in attrs.items():
+                backend._set_trial_attr_without_commit(session, model, trial_id, key, value)
+            return
+        trial = models.TrialModel.find_or_raise_by_id(trial_id, session)
+        backend.check_trial_is_updatable(trial_id, trial.state)
+        rows = [
+            {"trial_id": trial_id, "key": key, "value_json": json.dumps(value)}
+            for key, value in attrs.items()
+        ]
+        statement = insert(model).values(rows)
+        session.execute(
+            statement.on_conflict_do_update(
+                index_elements=[model.trial_id, model.key],
+                set_={"value_json": statement.excluded.value_json},
+            )
+        )
+
+
+def _upsert_dialect(engine_name: str) -> Any:
+    """The ``insert`` whose ``on_conflict_do_update`` Optuna uses on this database, or None
+    where it writes otherwise (MySQL, SQLite before 3.24)."""
+    if engine_name == "postgresql":
+        from sqlalchemy.dialects import postgresql
+
+        return postgresql.insert
+    if engine_name == "sqlite" and sqlite3.sqlite_version_info >= (3, 24, 0):
+        from sqlalchemy.dialects import sqlite
+
+        return sqlite.insert
+    return None
 
 
 def heartbeat_model() -> Any:

@@ -322,6 +322,7 @@ class Ledger:
         self._prior: set[int] = set()  # copied from an earlier study (warm_start)
         self._superseded_by: dict[int, int] = {}  # FAIL number -> first copy that retries it
         self._known: optuna.trial.FrozenTrial | None = None
+        self._told: dict[int, optuna.trial.FrozenTrial] = {}  # finished, not recorded yet
 
     def refresh(self, known: optuna.trial.FrozenTrial | None = None) -> None:
         """Read what changed; ``known``: a trial the caller has just read under the study lock
@@ -343,6 +344,13 @@ class Ledger:
             self._read(number, trial_id)
             number += 1
 
+    def told(self, trial: optuna.trial.FrozenTrial) -> None:
+        """One of this worker's trials as its tell returned it: finished, so what the ledger
+        reads of it (state, retry and budget marks) no longer changes; the next refresh
+        records it as it is rather than reading it again."""
+        if trial.state.is_finished():
+            self._told[trial.number] = trial
+
     def _read_all(self) -> None:
         # A worker joining a long study reads it in two queries, not two per trial (20,000
         # trials on PostgreSQL took minutes one by one). Only the dense prefix of numbers is
@@ -355,7 +363,9 @@ class Ledger:
 
     def _read(self, number: int, trial_id: int) -> None:
         known = self._known
-        trial = known if known and known.number == number else self._storage.get_trial(trial_id)
+        trial = self._told.pop(number, None)
+        if trial is None:
+            trial = known if known and known.number == number else self._storage.get_trial(trial_id)
         self._record(number, trial_id, trial.state.name, trial.system_attrs)
 
     def _record(

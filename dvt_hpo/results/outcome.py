@@ -258,6 +258,9 @@ class TrialOutcome:
     values: tuple[float, ...] = ()  # every objective's (COMPLETE)
     constraints: tuple[float, ...] = ()  # <= 0 feasible; () when unconstrained or failed
     machine: str | None = None  # failed of the machine: the kind (dvt_hpo.recovery.node_health)
+    # The trial as the tell returned it (an optuna FrozenTrial, finished): the budget's ledger
+    # records it without reading it again. None when it was failed for a retry instead.
+    told: Any = None
 
     def event(self) -> TrialFinished:
         """What the loop's observers hear of it."""

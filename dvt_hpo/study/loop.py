@@ -391,6 +391,9 @@ class StudyRunner:
                     continue
                 run = self.running.pop(outcome.number)
                 free_slots.append(run.slot)
+                if outcome.told is not None:
+                    with self.study_lock:
+                        self.ledger.told(outcome.told)
                 self._record(outcome)
                 if (broken := node_watch.finished(self.outcomes)) is not None:
                     launching, stop_message = False, broken  # exit 1; its trials are retried

@@ -466,34 +466,33 @@ class TrialRun:
         told: float | list[float] | None = (
             list(outcome.values) if self.spec.objective.is_multi else value
         )
+        told_trial: Any = None
         with self.study.lock:
             study = self.study.study
             if outcome.state in ("COMPLETE", "PRUNED") and self.spec.objective.constraints:
                 # Before the tell, for every sampler: best_trial(s) and the dashboard read
                 # them; samplers with a constraints_func read them back at the tell.
+                constraints = outcome.constraints
                 self.study.db(
-                    lambda: store_constraints(
-                        self.study.storage, self.trial_id, outcome.constraints
-                    ),
+                    lambda: store_constraints(self.study.storage, self.trial_id, constraints),
                     "recording",
                 )
             # skip_if_finished: a tell retried after an outage may have landed the first time.
             if outcome.state == "COMPLETE":
-                self.study.db(
+                told_trial = self.study.db(
                     lambda: tell(study, self.trial, told, skip_if_finished=True), "recording"
                 )
             elif outcome.state == "PRUNED":
-                value = self.study.db(
-                    lambda: (
-                        tell(
-                            study,
-                            self.trial,
-                            state=retries.trial_state("PRUNED"),
-                            skip_if_finished=True,
-                        ).value
+                told_trial = self.study.db(
+                    lambda: tell(
+                        study,
+                        self.trial,
+                        state=retries.trial_state("PRUNED"),
+                        skip_if_finished=True,
                     ),
                     "recording",
                 )
+                value = told_trial.value
             elif outcome.retry or machine_retry:
                 if machine_retry and machine is not None:
                     self.study.db(
@@ -504,7 +503,7 @@ class TrialRun:
                     )
                 self.study.fail_attempt(self.trial_id)
             else:
-                self.study.db(
+                told_trial = self.study.db(
                     lambda: tell(
                         study, self.trial, state=retries.trial_state("FAIL"), skip_if_finished=True
                     ),
@@ -532,6 +531,7 @@ class TrialRun:
             values=outcome.values,
             constraints=outcome.constraints,
             machine=machine,
+            told=told_trial,
         )
 
     def _killed_by_cgroup_oom(self, outcome: Outcome, returncode: int | None) -> Outcome:

@@ -22,9 +22,10 @@ pytestmark = pytest.mark.filterwarnings(
 
 
 @pytest.fixture
-def rdb_study(tmp_path: Path) -> optuna.Study:
-    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'o.db'}", heartbeat_interval=60)
-    return optuna.create_study(storage=storage, study_name="private")
+def rdb_study(storage_url: str, unique_name: str) -> optuna.Study:
+    """A study on a SQLite file and on the real PostgreSQL server (skipped when none answers)."""
+    storage = optuna.storages.RDBStorage(storage_url, heartbeat_interval=60)
+    return optuna.create_study(storage=storage, study_name=unique_name)
 
 
 def test_trial_ids_are_the_storages_for_live_and_frozen_trials(rdb_study: optuna.Study) -> None:
@@ -63,7 +64,7 @@ def test_the_study_id_and_storage_are_the_ones_its_name_resolves_to(
     storage = private.storage_of(rdb_study)
     assert isinstance(storage, optuna.storages.BaseStorage)
     study_id = private.study_id_of(rdb_study)
-    assert storage.get_study_id_from_name("private") == study_id
+    assert storage.get_study_id_from_name(rdb_study.study_name) == study_id
     storage.set_study_system_attr(study_id, "dvt_hpo:x", 7)
     assert storage.get_study_system_attrs(study_id)["dvt_hpo:x"] == 7
 
@@ -83,10 +84,11 @@ def test_the_heartbeat_model_holds_each_trials_last_heartbeat(rdb_study: optuna.
     storage = private.uncached(private.storage_of(rdb_study))
     storage.record_heartbeat(private.trial_id_of(trial))
     model = private.heartbeat_model()
-    query = sqlalchemy.select(model.trial_id, model.heartbeat)
+    trial_id = private.trial_id_of(trial)
+    query = sqlalchemy.select(model.trial_id, model.heartbeat).where(model.trial_id == trial_id)
     with storage.engine.connect() as conn:
-        rows = conn.execute(query).all()
-    assert [row[0] for row in rows] == [private.trial_id_of(trial)]
+        rows = conn.execute(query).all()  # one row per trial: its last heartbeat
+    assert [row[0] for row in rows] == [trial_id]
     assert isinstance(rows[0][1], datetime.datetime)
 
 
@@ -128,10 +130,16 @@ def test_a_trials_attrs_are_written_in_one_transaction(
 ) -> None:
     trial = rdb_study.ask()
     storage = private.storage_of(rdb_study)
-    commits = _commits(private.uncached(storage).engine)
+    engine = private.uncached(storage).engine
+    commits = _commits(engine)
+    statements: list[str] = []
+    sqlalchemy.event.listen(
+        engine, "before_cursor_execute", lambda *args: statements.append(args[2].split()[0])
+    )
     write = private.set_trial_system_attrs if system else private.set_trial_user_attrs
     write(storage, private.trial_id_of(trial), ATTRS)
     assert len(commits) == 1
+    assert statements == ["SELECT", "INSERT"]  # the trial's state once, every row at once
     stored = storage.get_trial(private.trial_id_of(trial))
     assert {k: (stored.system_attrs if system else stored.user_attrs)[k] for k in ATTRS} == ATTRS
 

@@ -313,6 +313,15 @@ def test_the_ledger_reads_only_new_and_unfinished_trials(tmp_path: Path) -> None
     assert reads == [running._trial_id]
     assert ledger.used() == 33
     assert ledger.budget(lambda n: n == started.number) == retries.Budget(33, 0, 1)
+    # A trial as its tell returned it is recorded as it is; one still running is read again.
+    told = study.tell(running, 2.0)
+    ledger.told(told)
+    ledger.told(known)  # RUNNING: its state may still change
+    reads.clear()
+    ledger.refresh()
+    assert reads == [started._trial_id]
+    assert ledger.budget(lambda n: n == started.number) == retries.Budget(33, 0, 0)  # told
+    assert ledger.used(below=running.number + 1) == running.number + 1
 
 
 def _marked_fail(study: optuna.Study, storage: Any, params: dict[str, float]) -> int:
