@@ -82,39 +82,17 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """loadgroup with the one-at-a-time group found by path (see above), and with 3 workers or
-    more one of them kept for that group; other modes as xdist has them."""
+    """loadgroup with the one-at-a-time group found by path (see above); other modes as xdist
+    has them."""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadGroupScheduling
 
     class OneResourceGroup(LoadGroupScheduling):
-        # The group's tests mostly wait (on Slurm's scheduler, a server's restart, a time
-        # limit): its worker takes nothing else, so that with `-n 3` on 2 cores the two other
-        # workers keep both cores busy the whole run. Before, the group's worker sat idle in
-        # those waits for about 300 s of a 17-minute suite while the other ran alone.
-        group_node: Any = None
-
         def _split_scope(self, nodeid: str) -> str:
             if needs_the_one_resource(nodeid):
                 return ONE_AT_A_TIME
             return super()._split_scope(nodeid)
-
-        def _assign_work_unit(self, node: Any) -> None:
-            if len(self.nodes) < 3:
-                return super()._assign_work_unit(node)
-            if node is self.group_node:
-                return None  # the group was its work; the queue's end shuts it down
-            if self.group_node is None and ONE_AT_A_TIME in self.workqueue:
-                # The first worker to ask (the first one started) takes it, first thing.
-                self.workqueue.move_to_end(ONE_AT_A_TIME, last=False)
-                self.group_node = node
-            return super()._assign_work_unit(node)
-
-        def remove_node(self, node: Any) -> str | None:
-            if node is self.group_node:  # a crashed group worker: its rest goes to another
-                self.group_node = None
-            return super().remove_node(node)
 
     return OneResourceGroup(config, log)
 
