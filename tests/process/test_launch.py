@@ -145,9 +145,12 @@ VERSION = {version}
 
 def run(config, ctx):
     if VERSION == 1:
-        # Trial 0 edits this very module: the next trial must run the new code.
+        # Trial 0 edits this very module: the next trial must run the new code. The edit
+        # changes the file's size: an edit of the same size within the second of the file's
+        # last write would pass Python's own byte-code check (whole-second mtime and size)
+        # and import the cached old code, whatever the template does.
         path = Path(__file__)
-        path.write_text(path.read_text().replace("VERSION = 1", "VERSION = 2"))
+        path.write_text(path.read_text().replace("VERSION = 1", "VERSION = 2  # edited"))
     ctx.report(0, {{"score": float(VERSION)}})
     return {{"score": float(VERSION)}}
 """
