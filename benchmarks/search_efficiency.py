@@ -76,13 +76,20 @@ PRUNERS: dict[str, dict[str, Any]] = {
     # epochs before it decides.
     "wilcoxon-p05": {"kind": "wilcoxon", "p_threshold": 0.05},
     "wilcoxon-p2": {"kind": "wilcoxon", "p_threshold": 0.2},
+    "wilcoxon-p3": {"kind": "wilcoxon", "p_threshold": 0.3},
     "wilcoxon-s5": {"kind": "wilcoxon", "n_startup_steps": 5},
     "wilcoxon-s10": {"kind": "wilcoxon", "n_startup_steps": 10},
+    # The screen's two nearest (a higher threshold reached the target sooner, a later first
+    # decision had the lower regret at 25 and 100 %), together.
+    "wilcoxon-p2s5": {"kind": "wilcoxon", "p_threshold": 0.2, "n_startup_steps": 5},
+    "wilcoxon-p2s10": {"kind": "wilcoxon", "p_threshold": 0.2, "n_startup_steps": 10},
     # "Keep the top share after i epochs" (i-Epoch, Egele et al. 2023), written with Optuna's own
     # pruners. Asynchronous successive halving with a first rung late enough that LCBench's curves
     # have stopped crossing: rungs at min_resource x reduction_factor^k, the top 1/reduction_factor
     # of every trial that reached a rung (pruned ones included) going on.
+    "sha-m2r3": {"kind": "successive_halving", "min_resource": 2, "reduction_factor": 3},
     "sha-m3r3": {"kind": "successive_halving", "min_resource": 3, "reduction_factor": 3},
+    "sha-m4r3": {"kind": "successive_halving", "min_resource": 4, "reduction_factor": 3},
     "sha-m5r3": {"kind": "successive_halving", "min_resource": 5, "reduction_factor": 3},
     "sha-m8r3": {"kind": "successive_halving", "min_resource": 8, "reduction_factor": 3},
     "sha-m3r4": {"kind": "successive_halving", "min_resource": 3, "reduction_factor": 4},
@@ -117,9 +124,14 @@ PRUNERS: dict[str, dict[str, Any]] = {
 ISSUE31_PRUNERS = (
     "wilcoxon-p05",
     "wilcoxon-p2",
+    "wilcoxon-p3",
     "wilcoxon-s5",
     "wilcoxon-s10",
+    "wilcoxon-p2s5",
+    "wilcoxon-p2s10",
+    "sha-m2r3",
     "sha-m3r3",
+    "sha-m4r3",
     "sha-m5r3",
     "sha-m8r3",
     "sha-m3r4",
