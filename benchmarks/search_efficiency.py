@@ -76,8 +76,77 @@ PRUNERS: dict[str, dict[str, Any]] = {
     # epochs before it decides.
     "wilcoxon-p05": {"kind": "wilcoxon", "p_threshold": 0.05},
     "wilcoxon-p2": {"kind": "wilcoxon", "p_threshold": 0.2},
+    "wilcoxon-p3": {"kind": "wilcoxon", "p_threshold": 0.3},
     "wilcoxon-s5": {"kind": "wilcoxon", "n_startup_steps": 5},
     "wilcoxon-s10": {"kind": "wilcoxon", "n_startup_steps": 10},
+    # The screen's two nearest (a higher threshold reached the target sooner, a later first
+    # decision had the lower regret at 25 and 100 %), together.
+    "wilcoxon-p2s5": {"kind": "wilcoxon", "p_threshold": 0.2, "n_startup_steps": 5},
+    "wilcoxon-p2s10": {"kind": "wilcoxon", "p_threshold": 0.2, "n_startup_steps": 10},
+    # "Keep the top share after i epochs" (i-Epoch, Egele et al. 2023), written with Optuna's own
+    # pruners. Asynchronous successive halving with a first rung late enough that LCBench's curves
+    # have stopped crossing: rungs at min_resource x reduction_factor^k, the top 1/reduction_factor
+    # of every trial that reached a rung (pruned ones included) going on.
+    "sha-m2r3": {"kind": "successive_halving", "min_resource": 2, "reduction_factor": 3},
+    "sha-m3r3": {"kind": "successive_halving", "min_resource": 3, "reduction_factor": 3},
+    "sha-m4r3": {"kind": "successive_halving", "min_resource": 4, "reduction_factor": 3},
+    "sha-m5r3": {"kind": "successive_halving", "min_resource": 5, "reduction_factor": 3},
+    "sha-m8r3": {"kind": "successive_halving", "min_resource": 8, "reduction_factor": 3},
+    "sha-m3r4": {"kind": "successive_halving", "min_resource": 3, "reduction_factor": 4},
+    "sha-m5r4": {"kind": "successive_halving", "min_resource": 5, "reduction_factor": 4},
+    "sha-m8r4": {"kind": "successive_halving", "min_resource": 8, "reduction_factor": 4},
+    # One rung only (min_resource x reduction_factor past the last epoch): the top 1/r after i
+    # epochs train to the end, i-Epoch's rule run online.
+    "sha-m5r11": {"kind": "successive_halving", "min_resource": 5, "reduction_factor": 11},
+    "sha-m10r6": {"kind": "successive_halving", "min_resource": 10, "reduction_factor": 6},
+    "sha-m18r3": {"kind": "successive_halving", "min_resource": 18, "reduction_factor": 3},
+    # One decision at epoch i (n_warmup_steps i, an interval past the last epoch): kept when in
+    # the top `percentile` % of the *completed* trials' values at epoch i (Optuna's percentile
+    # pruner compares with complete trials only, so the bar rises as better trials finish).
+    "pct25-e5": {
+        "kind": "percentile",
+        "percentile": 25.0,
+        "n_warmup_steps": 5,
+        "interval_steps": MAX_EPOCHS,
+    },
+    "pct25-e10": {
+        "kind": "percentile",
+        "percentile": 25.0,
+        "n_warmup_steps": 10,
+        "interval_steps": MAX_EPOCHS,
+    },
+    # The old default's median rule, deciding from epoch i on instead of from the first.
+    "median-w5": {"kind": "median", "n_warmup_steps": 5},
+    "median-w10": {"kind": "median", "n_warmup_steps": 10},
+}
+# The pruner candidates of issue 31, each under univariate TPE (the default's sampler), beside
+# the default and the baseline: `--cells issue31`.
+ISSUE31_PRUNERS = (
+    "wilcoxon-p05",
+    "wilcoxon-p2",
+    "wilcoxon-p3",
+    "wilcoxon-s5",
+    "wilcoxon-s10",
+    "wilcoxon-p2s5",
+    "wilcoxon-p2s10",
+    "sha-m2r3",
+    "sha-m3r3",
+    "sha-m4r3",
+    "sha-m5r3",
+    "sha-m8r3",
+    "sha-m3r4",
+    "sha-m5r4",
+    "sha-m8r4",
+    "sha-m5r11",
+    "sha-m10r6",
+    "sha-m18r3",
+    "pct25-e5",
+    "pct25-e10",
+    "median-w5",
+    "median-w10",
+)
+CELL_GROUPS: dict[str, tuple[str, ...]] = {
+    "issue31": ("tpe+none", "tpe-uni+wilcoxon", *(f"tpe-uni+{p}" for p in ISSUE31_PRUNERS)),
 }
 DEFAULT_CELL = "default"
 QUICK_CELLS = ("tpe+none", "tpe+median", DEFAULT_CELL)
@@ -413,8 +482,15 @@ def main(argv: list[str] | None = None) -> int:
         help="3 tasks, 2 seeds, 3 cells, every study through dvt-hpo run and its replay",
     )
     p.add_argument("--screen", action="store_true", help="every cell on every 5th task")
-    p.add_argument("--cells", help="comma-separated cells (sampler+pruner or default)")
-    p.add_argument("--tasks", help="'all' or comma-separated OpenML task ids")
+    p.add_argument(
+        "--cells",
+        help=f"comma-separated cells (sampler+pruner or default) or groups ({', '.join(CELL_GROUPS)})",
+    )
+    p.add_argument(
+        "--tasks",
+        help="'all', 'spread' (every 4th of the 34, the first 8: the screen's) or comma-separated "
+        "OpenML task ids",
+    )
     p.add_argument("--ntasks", type=int, help="N tasks spread evenly over the 34")
     p.add_argument("--task-step", type=int, help="every k-th of the 34 tasks")
     p.add_argument("--seeds", type=int, help="seeds 0..N-1")
@@ -461,9 +537,15 @@ def main(argv: list[str] | None = None) -> int:
     else:
         cells, tasks, seeds = all_cells(), tasks_all, 5
     if args.cells:
-        cells = args.cells.split(",")
+        cells = [c for name in args.cells.split(",") for c in CELL_GROUPS.get(name, (name,))]
     if args.tasks:
-        tasks = tasks_all if args.tasks == "all" else args.tasks.split(",")
+        tasks = (
+            tasks_all
+            if args.tasks == "all"
+            else spread_tasks(tasks_all)
+            if args.tasks == "spread"
+            else args.tasks.split(",")
+        )
     if args.ntasks:
         n = args.ntasks
         tasks = [tasks_all[round(i * (len(tasks_all) - 1) / max(1, n - 1))] for i in range(n)]

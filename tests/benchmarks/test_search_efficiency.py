@@ -161,3 +161,50 @@ def test_several_at_a_time_runs_on_the_spread_tasks_with_the_sleep_in_the_study_
     )
     with pytest.raises(SystemExit):
         se.main(["--engine", "replay", "--parallel", "4", "--cells", "tpe+none"])
+
+
+def test_every_issue31_cell_loads_as_its_own_sampler_and_pruner() -> None:
+    cells = list(se.CELL_GROUPS["issue31"])
+    assert len(set(cells)) == len(cells)
+    # aliases() loads each study file with dvt-hpo's loader: none fails, none repeats another.
+    assert se.aliases(cells, 10 * MAX_EPOCHS) == {}
+
+
+def _pruned_at(study: object, values: list[float]) -> int | None:
+    """The epoch at which the study's pruner stops a trial reporting ``values``, or None."""
+    import optuna
+
+    assert isinstance(study, optuna.Study)
+    trial = study.ask()
+    for epoch, value in enumerate(values, 1):
+        trial.report(value, epoch)
+        if trial.should_prune():
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            return epoch
+    study.tell(trial, values[-1])
+    return None
+
+
+@pytest.mark.parametrize(
+    ("pruner", "epoch"),
+    [("pct25-e5", 5), ("pct25-e10", 10), ("sha-m5r11", 5), ("sha-m10r6", 10), ("sha-m18r3", 18)],
+)
+def test_a_one_rung_pruner_decides_only_after_its_epochs(
+    tmp_path: Path, pruner: str, epoch: int
+) -> None:
+    import optuna
+    import yaml
+
+    from dvt_hpo.sampling.optuna_factory import build_pruner
+    from dvt_hpo.studyfile import load_spec
+
+    path = tmp_path / "study.yaml"
+    doc = se.study_document(f"tpe-uni+{pruner}", "3945", 0, 52, tmp_path)
+    path.write_text(yaml.safe_dump(doc))
+    built = build_pruner(load_spec(path).study.pruner)
+    study = optuna.create_study(direction="maximize", pruner=built)
+    for k in range(12):  # finished trials, rising curves, each better than the last
+        assert _pruned_at(study, [50.0 + k + e / 10 for e in range(MAX_EPOCHS)]) in (None, epoch)
+    # The worst curve yet stops at the rung, not before; one that only falls after it runs on.
+    assert _pruned_at(study, [0.0] * MAX_EPOCHS) == epoch
+    assert _pruned_at(study, [99.0] * epoch + [0.0] * (MAX_EPOCHS - epoch)) is None
