@@ -6,7 +6,9 @@ studies), so listening beyond loopback is the user's explicit choice and gets a 
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -77,15 +79,27 @@ def serve(
             file=sys.stderr,
             flush=True,
         )
+
+    # Ctrl-C asks the server loop to stop rather than raising KeyboardInterrupt wherever the
+    # main thread is: raised inside a weakref callback or a __del__ (SQLAlchemy's, during a
+    # garbage collection) Python prints and drops it, and the dashboard would serve on.
+    # shutdown() waits for the loop, so it runs on a thread of its own.
+    def stop(signum: int, frame: Any) -> None:
+        threading.Thread(target=server.shutdown, name="dashboard-stop", daemon=True).start()
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, stop) if main_thread else None
     try:
         out(
             f"optuna-dashboard for study {spec.study.name!r} listening on "
             f"{study_url(host, server.server_port, study_id)}  (Ctrl-C to stop)"
         )
-        server.serve_forever()
+        server.serve_forever(poll_interval=0.2)
     except KeyboardInterrupt:
         return
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
         server.server_close()
 
 
