@@ -12,9 +12,11 @@ on with every later signal ignored; :meth:`StopSignals.get` raises it again with
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from queue import Empty, Queue
 from types import FrameType
 from typing import TypeVar
@@ -38,6 +40,7 @@ class StopSignals:
         # trials and their worker at the same instant.
         self.event = event if event is not None else threading.Event()
         self._previous: dict[int, object] = {}
+        self._deferring = 0
 
     def install(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
@@ -54,7 +57,19 @@ class StopSignals:
             signal.signal(stop_signal, signal.SIG_IGN)
         self.received = signal.Signals(signum)
         self.event.set()
-        raise KeyboardInterrupt
+        if not self._deferring:
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        """A block a stop signal does not cut short: received inside it, it is remembered and
+        raised by the next :meth:`check` (a study's ``ask`` creates the trial, then reads it
+        back: cut in between, the trial is RUNNING and its worker never learns its id)."""
+        self._deferring += 1
+        try:
+            yield
+        finally:
+            self._deferring -= 1
 
     def check(self) -> None:
         """Raise the ``KeyboardInterrupt`` of a stop signal already received (its own raise

@@ -437,10 +437,12 @@ class StudyRunner:
     def _launch(self, slot: device_slots.Slot) -> bool:
         """Ask for a trial and start it in ``slot``; False when the study's budget turned out
         to be used up by another worker between our count and our ask."""
-        with self.study_lock:
+        signals = self.stop_signals or StopSignals()
+        with signals.deferred(), self.study_lock:  # a Ctrl-C here is raised in the try below
             trial = self.db(self.study.ask, "asking for a trial")
         kill_points.reached("ask")
         try:
+            signals.check()
             return self._start(trial, slot)
         except KeyboardInterrupt:
             # Stopped before it ran: recorded for a retry, as a running trial would be.

@@ -48,3 +48,17 @@ def test_get_returns_an_event_or_none_after_the_timeout() -> None:
     events.put(7)
     assert stop.get(events, 5.0) == 7
     assert stop.get(events, 0.05) is None
+
+
+def test_a_signal_inside_a_deferred_block_is_raised_by_the_next_check() -> None:
+    stop = StopSignals().install()
+    try:
+        with stop.deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):
+                pass  # the handler has run by now: it did not raise
+        assert stop.received == signal.SIGINT
+        with pytest.raises(KeyboardInterrupt):
+            stop.check()
+    finally:
+        stop.restore()

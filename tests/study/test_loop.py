@@ -845,3 +845,28 @@ def test_a_trial_another_worker_failed_as_stale_before_its_launch_does_not_end_t
     assert len(said) == 1, lines
     assert said[0].startswith("trial 0 was ended") and "copy is queued for a retry" in said[0]
     assert "study.grace_period_s=3 s" in said[0]
+
+
+def test_a_ctrl_c_during_the_ask_still_records_the_asked_trial_for_a_retry(
+    write_study: Callable[..., Path], unique_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Optuna's ask commits the new RUNNING trial, then reads it back: a Ctrl-C in between
+    # used to leave it RUNNING, unknown to its worker, until its start time went stale.
+    doc = toy(unique_name, [{"do": "curve", "values": [0.5]}])
+    spec = load_spec(write_study(doc))
+    ask = optuna.Study.ask
+
+    def ask_then_ctrl_c(self: optuna.Study, *args: Any, **kwargs: Any) -> optuna.Trial:
+        trial = ask(self, *args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)  # lands before ask returns to the loop
+        for _ in range(1000):
+            pass
+        return trial
+
+    monkeypatch.setattr(optuna.Study, "ask", ask_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        StudyRunner(spec, out=lambda line: None).run()
+    monkeypatch.undo()
+    study = optuna.load_study(study_name=unique_name, storage=spec.study.storage)
+    states = sorted(t.state.name for t in study.trials)
+    assert states == ["FAIL", "WAITING"], states  # the attempt failed, its copy queued
