@@ -13,7 +13,6 @@ regret is lower or higher. The medians of the report hide how much a few tasks m
 from __future__ import annotations
 
 import argparse
-import math
 import random
 import statistics
 from collections import defaultdict
@@ -35,23 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     runs = [se.load(f) for c in cells for f in sorted((args.results / c).glob("*.json"))]
     budget = runs[0].budget_epochs
     refs = report.references(runs, se.SURROGATE)
-    base: dict[str, list[float]] = defaultdict(list)
-    for r in runs:
-        if r.cell == report.BASELINE:
-            base[r.task].append(report.regret(report.incumbents(r, [budget])[0], refs[r.task]))
-    target = {t: statistics.median(v) + report.WITHIN for t, v in base.items()}
+    target = report.regret_targets(runs, refs, budget)
     per: dict[tuple[str, str], list[float]] = defaultdict(list)
     for r in runs:
-        spent, reached, best = 0, math.inf, None
-        for t in r.trials:
-            spent += t.epochs
-            if spent > budget:
-                break
-            if t.value is not None and (best is None or t.value > best):
-                best = t.value
-            if report.regret(best, refs[r.task]) <= target[r.task]:
-                reached = spent
-                break
+        reached = report.epochs_to_reach(r, refs[r.task], target[r.task], budget)
         per[(r.cell, r.task)].append(min(reached, budget + 1))
     med = {k: statistics.median(v) for k, v in per.items()}
     tasks = sorted(target)

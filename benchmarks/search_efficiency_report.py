@@ -101,31 +101,41 @@ def curves(
     return out
 
 
-def epochs_to_target(
+def regret_targets(
     runs: Sequence[Any], refs: dict[str, tuple[float, float]], budget: int
 ) -> dict[str, float]:
-    """cell -> median over tasks of the epochs to come within WITHIN of TPE's final regret."""
+    """task -> the regret to reach: TPE without pruning's final (median of its seeds) + WITHIN."""
     base: dict[str, list[float]] = defaultdict(list)
     for r in runs:
         if r.cell == BASELINE:
             base[r.task].append(regret(incumbents(r, [budget])[0], refs[r.task]))
-    target = {task: statistics.median(v) + WITHIN for task, v in base.items()}
+    return {task: statistics.median(v) + WITHIN for task, v in base.items()}
+
+
+def epochs_to_reach(run: Any, ref: tuple[float, float], target: float, budget: int) -> float:
+    """The epochs ``run`` spent until its best completed trial came within ``target`` regret
+    (inf when it never did within ``budget``)."""
+    spent, best = 0, None
+    for t in run.trials:
+        spent += t.epochs
+        if spent > budget:
+            break
+        if t.value is not None and (best is None or t.value > best):
+            best = t.value
+        if regret(best, ref) <= target:
+            return spent
+    return math.inf
+
+
+def epochs_to_target(
+    runs: Sequence[Any], refs: dict[str, tuple[float, float]], budget: int
+) -> dict[str, float]:
+    """cell -> median over tasks of the epochs to come within WITHIN of TPE's final regret."""
+    target = regret_targets(runs, refs, budget)
     per: dict[tuple[str, str], list[float]] = defaultdict(list)
     for r in runs:
-        if r.task not in target:
-            continue
-        spent, reached = 0, math.inf
-        best = None
-        for t in r.trials:
-            spent += t.epochs
-            if spent > budget:
-                break
-            if t.value is not None and (best is None or t.value > best):
-                best = t.value
-            if regret(best, refs[r.task]) <= target[r.task]:
-                reached = spent
-                break
-        per[(r.cell, r.task)].append(reached)
+        if r.task in target:
+            per[(r.cell, r.task)].append(epochs_to_reach(r, refs[r.task], target[r.task], budget))
     out: dict[str, list[float]] = defaultdict(list)
     for (cell, _task), vals in per.items():
         out[cell].append(statistics.median(sorted(vals)))
