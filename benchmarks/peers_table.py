@@ -9,8 +9,7 @@ trial at a time, the same study files as ``dvt-hpo run``), and prints, one trial
 4 at a time, the normalized regret at 25/50/100 % of the budget and the epochs to TPE-without-
 pruning's final regret, computed by ``search_efficiency_report``'s own functions (the
 reference ``y*`` includes every value any study of the table found). ``--with DIR`` adds
-result files of other cells (e.g. dvt-hpo's own 4-at-a-time runs, cell names ending in
-``@4``).
+dvt-hpo's own 4-at-a-time runs of those cells from ``DIR`` (named with ``@4``).
 
 A cell that does not have every (task, seed) pair (a run cut short, or MOBSTER, which costs
 minutes per study) gets its own table on the pairs it has, with every other cell restricted
@@ -35,14 +34,19 @@ import peer_common as pc  # noqa: E402
 import search_efficiency as se  # noqa: E402
 import search_efficiency_report as report  # noqa: E402
 
+# dvt-hpo's rows: its default and TPE without pruning.
 DVT_CELLS = ("default", "tpe+none")
 
 
-def load_cells(folder: Path, tasks: set[str], seeds: set[int]) -> list[Any]:
+def load_cells(
+    folder: Path, tasks: set[str], seeds: set[int], cells: tuple[str, ...] | None = None
+) -> list[Any]:
+    """The result files under ``folder`` on those tasks and seeds (of ``cells`` only, if
+    given: a folder of dvt-hpo's runs also holds candidates that are not rows here)."""
     out = []
     for path in sorted(folder.glob("*/*.json")):
         task, seed = path.stem.rsplit("-", 1)
-        if task in tasks and int(seed) in seeds:
+        if task in tasks and int(seed) in seeds and (cells is None or path.parent.name in cells):
             out.append(se.load(path))
     return out
 
@@ -122,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         # named "@4" here, so they are not taken for the replayed rows of the first table.
         peers += [
             r if "@" in r.cell else dataclasses.replace(r, cell=f"{r.cell}@4")
-            for r in load_cells(folder, set(tasks), set(seeds))
+            for r in load_cells(folder, set(tasks), set(seeds), DVT_CELLS)
         ]
     # dvt-hpo on the (task, seed) pairs some peer has.
     have = sorted({(r.task, r.seed) for r in peers})
