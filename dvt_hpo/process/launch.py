@@ -243,14 +243,7 @@ class Launcher:
                 self._template.close()
                 self._template = None
             try:
-                template = WarmTemplate.start(
-                    self.modules,
-                    env=self.base_env,
-                    cwd=self.cwd,
-                    log_path=self.log_path,
-                    popen=spawner_popen,
-                    warm_dir=self.warm_dir,
-                )
+                template = self._start_template()
             except TemplateUnavailable as exc:
                 self.warm = False
                 self._say(f"warm starts off for this run: {exc}; trials start cold")
@@ -266,6 +259,27 @@ class Launcher:
                 return None
             self._template = template
             return template
+
+    def _start_template(self) -> WarmTemplate:
+        """A template whose imported files did not change while it imported them: a file
+        written during the imports may be held in its old version. Started again once; a file
+        that changes during both is taken for one written on every import."""
+        for attempt in range(2):
+            template = WarmTemplate.start(
+                self.modules,
+                env=self.base_env,
+                cwd=self.cwd,
+                log_path=self.log_path,
+                popen=spawner_popen,
+                warm_dir=self.warm_dir,
+            )
+            reason = template.stale_reason()
+            if reason is None:
+                return template
+            template.close()
+            if attempt == 0:
+                self._say(f"restarting the warm template: {reason}")
+        raise TemplateUnavailable(f"{reason}, twice")
 
     def _say(self, message: str) -> None:
         if message not in self._said:

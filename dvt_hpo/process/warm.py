@@ -72,10 +72,22 @@ def _library_roots() -> tuple[str, ...]:
     return tuple(sorted(os.path.realpath(r) + os.sep for r in roots if r))
 
 
-def watched_files(roots: Sequence[str] | None = None) -> dict[str, float]:
+# A file's mtime comes from the kernel's coarse clock, which can lag time.time() by a tick.
+_MTIME_SLACK_S = 0.05
+# The mtime recorded for a file written while the template was importing: never a real mtime,
+# so the template is stale from the start and the next trial gets a fresh one.
+EDITED_DURING_IMPORT = -1.0
+
+
+def watched_files(
+    roots: Sequence[str] | None = None, *, imports_began: float | None = None
+) -> dict[str, float]:
     """``{file: mtime}`` of every imported module outside the interpreter and installed
-    packages: the user's trainer, editable installs, the study folder's modules."""
+    packages: the user's trainer, editable installs, the study folder's modules. A file
+    written after ``imports_began`` (a ``time.time()``) may have been imported before that
+    write: its mtime is recorded as :data:`EDITED_DURING_IMPORT`, so it reads as changed."""
     roots = tuple(roots) if roots is not None else _library_roots()
+    now = time.time()
     files: dict[str, float] = {}
     for module in list(sys.modules.values()):
         name = getattr(module, "__file__", None)
@@ -85,7 +97,10 @@ def watched_files(roots: Sequence[str] | None = None) -> dict[str, float]:
         if path.startswith(roots):
             continue
         with contextlib.suppress(OSError):
-            files[path] = os.stat(path).st_mtime_ns / 1e9
+            mtime = os.stat(path).st_mtime_ns / 1e9
+            # A future mtime (a skewed network file system) is not taken for an edit.
+            edited = imports_began is not None and imports_began - _MTIME_SLACK_S <= mtime <= now
+            files[path] = EDITED_DURING_IMPORT if edited else mtime
     return files
 
 
@@ -206,6 +221,7 @@ def serve(fd: int, modules: Sequence[str]) -> int:
     sock = socket.socket(fileno=fd)
     set_parent_death_signal()
     started = time.perf_counter()
+    imports_began = time.time()
     errors = _preload(modules)
     errors.update(_warm_up([m for m in modules if m not in errors], os.environ.get(ENV_WARM_DIR)))
     # After the hooks: a library they imported may have started a thread.
@@ -217,7 +233,7 @@ def serve(fd: int, modules: Sequence[str]) -> int:
             "pid": os.getpid(),
             "errors": errors,
             "threads": threads,
-            "files": watched_files(),
+            "files": watched_files(imports_began=imports_began),
             "import_s": round(time.perf_counter() - started, 3),
             "modules": sorted(m for m in modules if m in sys.modules),
         },
@@ -395,9 +411,11 @@ class WarmTemplate:
         if not self.alive:
             return "the warm template died"
         changed = changed_files(self.files)
-        if changed:
-            return f"{changed[0]} changed on disk since the warm template imported it"
-        return None
+        if not changed:
+            return None
+        if self.files.get(changed[0]) == EDITED_DURING_IMPORT:
+            return f"{changed[0]} changed on disk while the warm template imported it"
+        return f"{changed[0]} changed on disk since the warm template imported it"
 
     def spawn(
         self,

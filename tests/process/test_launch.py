@@ -189,6 +189,57 @@ def test_a_module_edited_between_trials_is_seen_by_the_next_warm_trial(
     )
 
 
+# The trainer imports helper, then (once, or on every import) rewrites helper's file: a
+# template that imported helper before the write may hold its old version.
+REWRITING_TRAINER = """
+from pathlib import Path
+
+import helper
+
+marker = Path(__file__).with_name("rewritten")
+if {every_import} or not marker.exists():
+    marker.touch()
+    Path(helper.__file__).write_text("VERSION = 2\\n")
+
+
+def run(config, ctx):
+    ctx.report(0, {{"score": float(helper.VERSION)}})
+    return {{"score": float(helper.VERSION)}}
+"""
+
+
+@pytest.mark.processes
+def test_a_module_written_while_the_template_imports_it_is_not_served_old(
+    tmp_path: Path, write_study: Callable[..., Path], unique_name: str
+) -> None:
+    (tmp_path / "helper.py").write_text("VERSION = 1\n")
+    (tmp_path / "rewriting_trainer.py").write_text(REWRITING_TRAINER.format(every_import=False))
+    doc = toy_study(unique_name, trainer={"entrypoint": "rewriting_trainer:run", "config": {}})
+    trials, lines = _run(write_study(doc))
+    assert [t.value for t in trials] == [2.0, 2.0]
+    assert all(t.user_attrs.get("warm_start") for t in trials)
+    assert any(
+        "restarting the warm template" in line and "while the warm template imported it" in line
+        for line in lines
+    ), lines
+
+
+@pytest.mark.processes
+def test_a_module_written_on_every_import_turns_warm_starts_off(
+    tmp_path: Path, write_study: Callable[..., Path], unique_name: str
+) -> None:
+    (tmp_path / "helper.py").write_text("VERSION = 1\n")
+    (tmp_path / "rewriting_trainer.py").write_text(REWRITING_TRAINER.format(every_import=True))
+    doc = toy_study(unique_name, trainer={"entrypoint": "rewriting_trainer:run", "config": {}})
+    doc["study"]["n_trials"] = 1
+    trials, lines = _run(write_study(doc))
+    assert [t.state.name for t in trials] == ["COMPLETE"]
+    assert not trials[0].user_attrs.get("warm_start")
+    assert any(
+        line.startswith("warm starts off for this run:") and "helper.py" in line for line in lines
+    ), lines
+
+
 @pytest.mark.processes
 def test_an_import_error_in_the_template_turns_warm_off_and_the_trial_fails_with_it(
     tmp_path: Path, write_study: Callable[..., Path], unique_name: str

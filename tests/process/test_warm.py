@@ -139,6 +139,49 @@ def test_edited_module_makes_the_template_stale(tmp_path):
         t.close()
 
 
+def test_a_module_written_while_the_template_imports_makes_it_stale_at_once(tmp_path):
+    # The template imported helper, then helper's file was rewritten before the template
+    # recorded its mtime: it may hold the old code, so it must not serve a trial.
+    (tmp_path / "helper.py").write_text("VERSION = 1\n")
+    (tmp_path / "rewrites_helper.py").write_text(
+        "from pathlib import Path\n"
+        "import helper\n"
+        "Path(helper.__file__).write_text('VERSION = 2  # rewritten\\n')\n"
+    )
+    t = warm.WarmTemplate.start(
+        ["rewrites_helper"],
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        log_path=tmp_path / "template.log",
+        popen=subprocess.Popen,
+    )
+    try:
+        reason = t.stale_reason()
+        assert reason is not None
+        assert "helper.py changed on disk while the warm template imported it" in reason
+    finally:
+        t.close()
+
+
+def test_a_file_older_than_the_imports_or_in_the_future_is_not_taken_for_an_edit(tmp_path):
+    module = tmp_path / "old.py"
+    module.write_text("X = 1\n")
+    os.utime(module, (time.time() - 60, time.time() - 60))
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import old  # noqa: F401
+
+        began = time.time()
+        files = warm.watched_files(roots=(), imports_began=began)
+        assert files[str(module.resolve())] > 0
+        os.utime(module, (time.time() + 3600, time.time() + 3600))  # a skewed file server
+        files = warm.watched_files(roots=(), imports_began=began)
+        assert files[str(module.resolve())] > began
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("old", None)
+
+
 def test_import_error_is_reported_not_fatal(tmp_path):
     t = warm.WarmTemplate.start(
         ["no_such_module_xyz"],
