@@ -75,7 +75,7 @@ def _library_roots() -> tuple[str, ...]:
 # A file's mtime comes from the kernel's coarse clock, which can lag time.time() by a tick.
 _MTIME_SLACK_S = 0.05
 # The mtime recorded for a file written while the template was importing: never a real mtime,
-# so the template is stale from the start and the next trial gets a fresh one.
+# so the template reads as stale at once and is started again before it serves a trial.
 EDITED_DURING_IMPORT = -1.0
 
 
