@@ -60,6 +60,9 @@ PRUNER_CLASSES: dict[str, str] = {
     "hyperband": "HyperbandPruner",
     "threshold": "ThresholdPruner",
     "wilcoxon": "WilcoxonPruner",
+    # The default: successive halving's rungs and the Wilcoxon test, either stopping a trial
+    # (dvt_hpo.sampling.wilcoxon_halving).
+    "wilcoxon_halving": "WilcoxonHalvingPruner",
     "mo_asha": "MOASHAPruner",  # several objectives only: dvt_hpo.sampling.mo_pruner
     "none": "NopPruner",
 }
@@ -69,7 +72,10 @@ SAMPLER_PACKAGES: dict[str, tuple[str, ...]] = {
     "qmc": ("scipy",),
     "gp": ("torch", "scipy"),
 }
-PRUNER_PACKAGES: dict[str, tuple[str, ...]] = {"wilcoxon": ("scipy",)}
+PRUNER_PACKAGES: dict[str, tuple[str, ...]] = {
+    "wilcoxon": ("scipy",),
+    "wilcoxon_halving": ("scipy",),
+}
 # Arguments dvt-hpo fills in itself: GridSampler's grid comes from the search space.
 BUILT_ARGUMENTS: dict[str, tuple[str, ...]] = {"grid": ("search_space",)}
 # Kinds whose seed gets the resume offset. QMC and grid are left alone: they continue from what
@@ -98,11 +104,17 @@ def sampler_class(kind: str) -> type:
 def pruner_class(kind: str) -> type:
     """The Optuna pruner class of ``kind`` (``KeyError`` for an unknown kind); ``wilcoxon`` is
     Optuna's with scipy's slow exact test computed at once (:mod:`dvt_hpo.sampling.wilcoxon`);
-    ``mo_asha`` prunes several objectives (:mod:`dvt_hpo.sampling.mo_pruner`)."""
+    ``wilcoxon_halving`` is that test and successive halving together, the default
+    (:mod:`dvt_hpo.sampling.wilcoxon_halving`); ``mo_asha`` prunes several objectives
+    (:mod:`dvt_hpo.sampling.mo_pruner`)."""
     if kind == "wilcoxon":
         from dvt_hpo.sampling.wilcoxon import WilcoxonPruner
 
         return WilcoxonPruner
+    if kind == "wilcoxon_halving":
+        from dvt_hpo.sampling.wilcoxon_halving import WilcoxonHalvingPruner
+
+        return WilcoxonHalvingPruner
     if kind == "mo_asha":
         from dvt_hpo.sampling.mo_pruner import MOASHAPruner
 

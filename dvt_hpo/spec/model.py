@@ -60,7 +60,9 @@ class SamplerSpec:
 
 @dataclass(frozen=True)
 class PrunerSpec:
-    kind: str = "median"  # median | percentile | successive_halving | hyperband | threshold | wilcoxon | none
+    # median | percentile | successive_halving | hyperband | threshold | wilcoxon |
+    # wilcoxon_halving | mo_asha | none
+    kind: str = "median"
     kwargs: dict[str, Any] = field(default_factory=dict)
 
 
@@ -158,14 +160,17 @@ class StudySection:
         "`bruteforce`, `rung_tpe`: TPE fitted on each trial's value at the highest epoch "
         "`min_trials` finished trials reached, pruned ones included) or "
         "`{kind: ..., <argument>: ...}`",
-        shown_default="`{kind: tpe, multivariate: false}` (several objectives: `nsga2`)",
+        shown_default="`{kind: tpe, multivariate: false, consider_endpoints: true}` (several "
+        "objectives: `nsga2`)",
     )
     pruner: PrunerSpec = domain(
         default_factory=PrunerSpec,
         doc="The Optuna pruner, written like the sampler; `null` or `none` switches pruning off.",
         accepts="a kind (`median`, `percentile`, `successive_halving`, `hyperband`, `threshold`, "
-        "`wilcoxon`, `none`), `{kind: ..., <argument>: ...}` or null",
-        shown_default="`wilcoxon` (several objectives: `none`)",
+        "`wilcoxon`, `wilcoxon_halving`: successive halving's rungs and the Wilcoxon test, "
+        "either stopping a trial; `none`), `{kind: ..., <argument>: ...}` or null",
+        shown_default="`wilcoxon_halving` (rungs at steps 3, 9, 27, ..., none at a trial's "
+        "last report; several objectives: `none`)",
     )
     # A count (int >= 1) or a share of n_trials (0 < float < 1); the loader rejects a share
     # without n_trials.

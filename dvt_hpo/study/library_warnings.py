@@ -25,9 +25,10 @@ WILCOXON_NO_CURVE = (
 )
 # A warning's text (its start) -> what it means for the study, said instead of it.
 MEANINGS = {
-    WILCOXON_NO_CURVE: "note: pruning is off until a trial that reported a curve is the best: "
-    "the Wilcoxon pruner compares each trial's epochs with the best trial's, and the best "
-    "trial so far reported no per-epoch values",
+    WILCOXON_NO_CURVE: "note: the Wilcoxon test prunes nothing until a trial that reported a "
+    "curve is the best: it compares each trial's epochs with the best trial's, and the best "
+    "trial so far reported no per-epoch values (the default pruner's successive-halving rungs "
+    "still stop trials)",
 }
 
 

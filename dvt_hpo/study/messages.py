@@ -48,6 +48,7 @@ _PRUNER_NAMES = {
     "successive_halving": "successive halving",
     "hyperband": "Hyperband",
     "wilcoxon": "Wilcoxon",
+    "wilcoxon_halving": "Wilcoxon + successive halving",
 }
 # Arguments every study of a kind is shaped by, shown even when the file leaves them to Optuna
 # (the others are shown when written): TPE's model and Wilcoxon's threshold.
@@ -55,7 +56,11 @@ _SHOWN_ALWAYS = {
     "tpe": ("multivariate",),
     "rung_tpe": ("min_trials",),
     "wilcoxon": ("p_threshold",),
+    "wilcoxon_halving": ("p_threshold", "min_resource", "reduction_factor"),
 }
+# Arguments the loader derives from the study file (the trainer's epochs), which leave a default
+# the default.
+_DERIVED = {"wilcoxon_halving": ("max_resource",)}
 _WORDS = {
     "p_threshold": "p",
     "n_startup_trials": "startup trials",
@@ -99,9 +104,10 @@ def algorithms_text(study: StudySection, *, multi_objective: bool = False) -> st
     )
     # A seed, and the constant liar that parallel trials get, leave a default the default.
     own = {k: v for k, v in sampler.kwargs.items() if k not in ("seed", "constant_liar")}
+    pruner_own = {k: v for k, v in pruner.kwargs.items() if k not in _DERIVED.get(pruner.kind, ())}
     is_default = (
         (sampler.kind, own) == default_sampler,
-        (pruner.kind, dict(pruner.kwargs)) == default_pruner,
+        (pruner.kind, pruner_own) == default_pruner,
     )
     parts = []
     for what, spec, names, cls in (

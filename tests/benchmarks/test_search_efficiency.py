@@ -103,16 +103,19 @@ def test_a_study_through_dvt_hpo_run_is_the_same_search_as_its_replay(tmp_path: 
 
 
 def test_the_default_cell_is_the_cell_of_dvt_hpos_defaults() -> None:
-    assert se.aliases(se.all_cells(), 10 * MAX_EPOCHS) == {"default": "tpe-uni+wilcoxon"}
+    cells = [*se.all_cells()[:-1], se.DEFAULT_RESOLVES_TO, se.DEFAULT_CELL]
+    assert se.aliases(cells, 10 * MAX_EPOCHS) == {"default": se.DEFAULT_RESOLVES_TO}
+    # The grid's cells are all different searches (the old default's is one of them).
+    assert se.aliases(se.all_cells(), 10 * MAX_EPOCHS) == {}
 
 
 @pytest.mark.processes
 def test_a_cell_that_resolves_to_another_is_run_once_and_saved_under_both(tmp_path: Path) -> None:
     said: list[str] = []
-    cells = ["tpe-uni+wilcoxon", "default"]
+    cells = [se.DEFAULT_RESOLVES_TO, "default"]
     se.run_grid(cells, ["3945"], [0], 2 * MAX_EPOCHS, tmp_path, 1, "replay", out=said.append)
     assert "1 studies to run" in said[1], said
-    ran = se.load(tmp_path / "tpe-uni+wilcoxon" / "3945-0.json")
+    ran = se.load(tmp_path / se.DEFAULT_RESOLVES_TO / "3945-0.json")
     copied = se.load(tmp_path / "default" / "3945-0.json")
     assert copied.cell == "default" and copied.trials == ran.trials
     # A replay of the default's own study file finds the same trials.

@@ -51,7 +51,9 @@ def test_the_filters_still_decide_what_is_shown() -> None:
 def test_wilcoxon_without_a_best_curve_is_said_as_what_it_means() -> None:
     line = one_line(WILCOXON_NO_CURVE, UserWarning, OPTUNA_FILE)
     assert line == MEANINGS[WILCOXON_NO_CURVE]
-    assert line.startswith("note: pruning is off until a trial that reported a curve is the best")
+    assert line.startswith(
+        "note: the Wilcoxon test prunes nothing until a trial that reported a curve is the best"
+    )
     assert "WilcoxonPruner" not in line and "_trial.py" not in line
 
 

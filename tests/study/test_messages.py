@@ -171,14 +171,28 @@ def test_a_study_that_names_no_sampler_or_pruner_is_told_the_defaults(write_stud
     from dvt_hpo.study.messages import algorithms_text
 
     spec = _study_section(write_study)
+    pruner = "pruner Wilcoxon + successive halving (p 0.1, min resource 3, reduction factor 3)"
     assert algorithms_text(spec.study) == (
-        "sampler TPE (univariate) · pruner Wilcoxon (p 0.1) — the defaults"
+        f"sampler TPE (univariate, consider endpoints) · {pruner} — the defaults"
     )
     # A seed keeps the defaults the defaults; the example, word for word.
     spec = _study_section(write_study, sampler={"seed": 3})
     assert algorithms_text(spec.study) == (
-        "sampler TPE (univariate, seed 3) · pruner Wilcoxon (p 0.1) — the defaults"
+        f"sampler TPE (univariate, consider endpoints, seed 3) · {pruner} — the defaults"
     )
+
+
+def test_the_rung_limit_taken_from_the_epochs_leaves_the_default_pruner_the_default() -> None:
+    from dvt_hpo.spec.model import PrunerSpec, StudySection
+    from dvt_hpo.study.messages import algorithms_text
+    from dvt_hpo.studyfile.defaults import DEFAULT_SAMPLER
+
+    derived = PrunerSpec("wilcoxon_halving", {"max_resource": 51})
+    study = StudySection(name="x", sampler=DEFAULT_SAMPLER, pruner=derived)
+    assert algorithms_text(study).endswith("max resource 51) — the defaults")
+    written = PrunerSpec("wilcoxon_halving", {"max_resource": 51, "reduction_factor": 4})
+    study = StudySection(name="x", sampler=DEFAULT_SAMPLER, pruner=written)
+    assert algorithms_text(study).endswith("max resource 51) — the default sampler")
 
 
 def test_named_algorithms_show_the_settings_written() -> None:
@@ -204,9 +218,10 @@ def test_named_algorithms_show_the_settings_written() -> None:
     )
     study = StudySection(
         name="x",
-        sampler=SamplerSpec("tpe", {"multivariate": False}),
+        sampler=SamplerSpec("tpe", {"multivariate": False, "consider_endpoints": True}),
         pruner=PrunerSpec("hyperband", {"max_resource": 52}),
     )
     assert algorithms_text(study) == (
-        "sampler TPE (univariate) · pruner Hyperband (max resource 52) — the default sampler"
+        "sampler TPE (univariate, consider endpoints) · pruner Hyperband (max resource 52) — "
+        "the default sampler"
     )

@@ -33,8 +33,11 @@ def _pruner(
 
 
 def test_a_file_naming_no_sampler_or_pruner_gets_the_measured_best() -> None:
-    assert (DEFAULT_SAMPLER.kind, DEFAULT_SAMPLER.kwargs) == ("tpe", {"multivariate": False})
-    assert (DEFAULT_PRUNER.kind, DEFAULT_PRUNER.kwargs) == ("wilcoxon", {})
+    assert (DEFAULT_SAMPLER.kind, DEFAULT_SAMPLER.kwargs) == (
+        "tpe",
+        {"multivariate": False, "consider_endpoints": True},
+    )
+    assert (DEFAULT_PRUNER.kind, DEFAULT_PRUNER.kwargs) == ("wilcoxon_halving", {})
 
 
 def test_hyperbands_max_resource_is_the_trainers_epochs(spec: StudySpec) -> None:
@@ -65,6 +68,19 @@ def test_mo_ashas_rungs_from_a_tenth_of_the_epochs_to_below_the_last(spec: Study
         "min_resource": 2,
         "max_resource": 51,
     }
+
+
+def test_the_default_pruners_rungs_stop_below_the_last_epoch(spec: StudySpec) -> None:
+    assert _pruner(spec, "wilcoxon_halving", {"epochs": 52}).kwargs == {"max_resource": 51}
+    assert _pruner(spec, "wilcoxon_halving", {"epochs": 20}, dims=True).kwargs == {
+        "max_resource": 29
+    }
+    assert _pruner(spec, "wilcoxon_halving", {"epochs": 1}).kwargs == {"max_resource": 1}
+    assert _pruner(spec, "wilcoxon_halving", {"epochs": 52}, max_resource=40).kwargs == {
+        "max_resource": 40
+    }
+    # Without a number of epochs: no limit.
+    assert _pruner(spec, "wilcoxon_halving", {}, p_threshold=0.2).kwargs == {"p_threshold": 0.2}
 
 
 def test_other_pruners_are_left_as_written(spec: StudySpec) -> None:

@@ -10,6 +10,7 @@ import optuna
 import pytest
 
 from dvt_hpo.exceptions import SpecError
+from dvt_hpo.sampling.wilcoxon_halving import WilcoxonHalvingPruner
 from dvt_hpo.studyfile import (
     PlateauSpec,
     SamplerSpec,
@@ -143,11 +144,15 @@ def test_defaults_are_filled_once_by_the_spec(write: Callable[..., Path], tmp_pa
     parallel = BASE + "trials: {parallel: 2}\n"
     assert load_spec(write(parallel)).study.sampler.kwargs == {
         "multivariate": False,
+        "consider_endpoints": True,
         "constant_liar": True,
     }
     spec = load_spec(write(parallel), ["study.sampler={kind: tpe, constant_liar: false}"])
     assert spec.study.sampler.kwargs == {"constant_liar": False}
-    assert load_spec(write(BASE)).study.sampler.kwargs == {"multivariate": False}
+    assert load_spec(write(BASE)).study.sampler.kwargs == {
+        "multivariate": False,
+        "consider_endpoints": True,
+    }
 
 
 # fmt: off
@@ -269,22 +274,32 @@ def test_no_sampler_or_pruner_gets_the_measured_default(write: Callable[..., Pat
         DEFAULT_SAMPLER.kind,
         DEFAULT_SAMPLER.kwargs,
     )
+    # The rungs stop below the trainer's last epoch (BASE trains 1: at least 1).
     assert (spec.study.pruner.kind, spec.study.pruner.kwargs) == (
         DEFAULT_PRUNER.kind,
-        DEFAULT_PRUNER.kwargs,
+        {**DEFAULT_PRUNER.kwargs, "max_resource": 1},
     )
     sampler = build_sampler(spec.study.sampler, spec.search_space)
     assert isinstance(sampler, optuna.samplers.TPESampler) and not sampler._multivariate
-    assert isinstance(build_pruner(spec.study.pruner), optuna.pruners.WilcoxonPruner)
+    assert sampler._parzen_estimator_parameters.consider_endpoints
+    assert isinstance(build_pruner(spec.study.pruner), WilcoxonHalvingPruner)
 
 
 @pytest.mark.parametrize(
     ("lines", "sampler", "pruner"),
     [
         # Arguments without a kind go over the default's.
-        (["  sampler: {seed: 3}"], ("tpe", {"multivariate": False, "seed": 3}), None),
-        (["  sampler: null"], ("tpe", {"multivariate": False}), None),
-        (["  pruner: {p_threshold: 0.05}"], None, ("wilcoxon", {"p_threshold": 0.05})),
+        (
+            ["  sampler: {seed: 3}"],
+            ("tpe", {"multivariate": False, "consider_endpoints": True, "seed": 3}),
+            None,
+        ),
+        (["  sampler: null"], ("tpe", {"multivariate": False, "consider_endpoints": True}), None),
+        (
+            ["  pruner: {p_threshold: 0.05}"],
+            None,
+            ("wilcoxon_halving", {"p_threshold": 0.05, "max_resource": 1}),
+        ),
         # A kind named in the file is Optuna's class with the file's arguments only.
         (["  sampler: tpe"], ("tpe", {}), None),
         (["  sampler: {kind: tpe, seed: 1}"], ("tpe", {"seed": 1}), None),
