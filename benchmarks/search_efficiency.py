@@ -61,6 +61,25 @@ SAMPLERS: dict[str, dict[str, Any]] = {
     "rung10": {"kind": "rung_tpe", "min_trials": 10},
     "rung20": {"kind": "rung_tpe", "min_trials": 20},
     "rung40": {"kind": "rung_tpe", "min_trials": 40},
+    # Issue 31, fourth round: TPE's kernel widths taking the bounds into account (the default's
+    # sampler since then), and with a multivariate model or half the prior's weight.
+    "tpe-uni-ce": {"kind": "tpe", "multivariate": False, "consider_endpoints": True},
+    "tpe-mv-ce": {"kind": "tpe", "multivariate": True, "consider_endpoints": True},
+    "tpe-uni-s5": {"kind": "tpe", "multivariate": False, "n_startup_trials": 5},
+    "tpe-uni-s20": {"kind": "tpe", "multivariate": False, "n_startup_trials": 20},
+    "tpe-uni-pw05": {"kind": "tpe", "multivariate": False, "prior_weight": 0.5},
+    "tpe-uni-ce-s5": {
+        "kind": "tpe",
+        "multivariate": False,
+        "consider_endpoints": True,
+        "n_startup_trials": 5,
+    },
+    "tpe-uni-ce-pw05": {
+        "kind": "tpe",
+        "multivariate": False,
+        "consider_endpoints": True,
+        "prior_weight": 0.5,
+    },
 }
 # The grid's samplers (tpe-mv is "tpe" under Optuna 5; qmc on request).
 GRID_SAMPLERS = ("random", "tpe", "tpe-uni", "cmaes")
@@ -72,6 +91,9 @@ PRUNERS: dict[str, dict[str, Any]] = {
     "sha": {"kind": "successive_halving"},
     "hyperband": {"kind": "hyperband", "min_resource": 1, "max_resource": MAX_EPOCHS},
     "wilcoxon": {"kind": "wilcoxon"},
+    # Successive halving (rungs at 3, 9, 27 epochs) and Wilcoxon, either stopping a trial: the
+    # default since issue 31's fourth round (dvt_hpo.sampling.wilcoxon_halving).
+    "wilcoxon-halving": {"kind": "wilcoxon_halving"},
     # Candidates for the default (issue 31): Wilcoxon with another threshold or a minimum of
     # epochs before it decides.
     "wilcoxon-p05": {"kind": "wilcoxon", "p_threshold": 0.05},
@@ -149,6 +171,9 @@ CELL_GROUPS: dict[str, tuple[str, ...]] = {
     "issue31": ("tpe+none", "tpe-uni+wilcoxon", *(f"tpe-uni+{p}" for p in ISSUE31_PRUNERS)),
 }
 DEFAULT_CELL = "default"
+# The cell the default resolves to (dvt_hpo/studyfile/defaults.py); `tpe-uni+wilcoxon` before
+# issue 31's fourth round.
+DEFAULT_RESOLVES_TO = "tpe-uni-ce+wilcoxon-halving"
 QUICK_CELLS = ("tpe+none", "tpe+median", DEFAULT_CELL)
 QUICK_TASKS = ("3945", "167168", "189906")
 FULL_BUDGET = 30  # full trainings' worth of epochs per study
@@ -375,7 +400,13 @@ def aliases(cells: list[str], budget: int) -> dict[str, str]:
             doc = study_document(cell, SURROGATE.tasks[0], 0, budget, Path(folder))
             path.write_text(yaml.safe_dump(doc))
             spec = load_spec(path)
-            key = repr((spec.study.sampler, spec.study.pruner))
+            # Arguments in any order (the study file's keys are written sorted).
+            key = repr(
+                [
+                    (a.kind, sorted(a.kwargs.items()))
+                    for a in (spec.study.sampler, spec.study.pruner)
+                ]
+            )
             if key in seen:
                 out[cell] = seen[key]
             else:
