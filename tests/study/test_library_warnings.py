@@ -62,7 +62,7 @@ def test_a_resumed_study_whose_best_trial_has_no_curve_says_so_once(tmp_path: Pa
     # First run: one trial that reports no epoch and returns its value (the best, 0.9).
     doc = toy_study(
         "no-curve",
-        study={"n_trials": 1, "pruner": {"kind": "wilcoxon"}},
+        study={"n_trials": 1, "pruner": {"kind": "wilcoxon_halving"}},
         trainer={
             "entrypoint": "tests.entrypoints.toy:run",
             "config": {"curve": [], "return": {"score": 0.9}},
@@ -71,7 +71,10 @@ def test_a_resumed_study_whose_best_trial_has_no_curve_says_so_once(tmp_path: Pa
     (tmp_path / "study.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     first = run_cli("run", "study.yaml", cwd=tmp_path)
     assert first.code == 0, first.err
-    assert "pruner Wilcoxon (p 0.1) — the default pruner; 0/1 trials done" in first.out
+    assert (
+        "pruner Wilcoxon + successive halving (p 0.1, min resource 3, reduction factor 3) — "
+        "the default pruner; 0/1 trials done"
+    ) in first.out
 
     # Resumed with trials that report a curve under it: each report asks the pruner.
     resumed = run_cli(
