@@ -4,8 +4,8 @@
     python benchmarks/peers_table.py --with R4            # + dvt-hpo's 4-at-a-time results
 
 Reads the peers' result files (``peer_ray.py``, ``peer_syne.py``), runs dvt-hpo's ``default``,
-its default before (``tpe-uni+wilcoxon``) and ``tpe+none`` on the same tasks and seeds with ``search_efficiency``'s replay engine (one
-trial at a time, the same study files as ``dvt-hpo run``), and prints, one trial at a time and
+its default before (``tpe-uni+wilcoxon``) and ``tpe+none`` on the same tasks and seeds with
+``search_efficiency``'s replay engine (one trial at a time, the same study files as ``dvt-hpo run``), and prints, one trial at a time and
 4 at a time, the normalized regret at 25/50/100 % of the budget and the epochs to TPE-without-
 pruning's final regret, computed by ``search_efficiency_report``'s own functions (the
 reference ``y*`` includes every value any study of the table found). ``--with DIR`` adds

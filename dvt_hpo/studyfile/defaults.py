@@ -21,9 +21,10 @@ __all__ = ["DEFAULT_PRUNER", "DEFAULT_SAMPLER", "derive_budget_settings"]
 # which did worse under pruning (about even without). `consider_endpoints`: the widths of the
 # Parzen kernels take the bounds of each range into account (it lowered the median regret at
 # 25, 50 and 100 % of the budget; plausibly because many of LCBench's best configs lie at a
-# bound, such as the most layers or the least weight decay). The pruner: successive halving's rungs and the Wilcoxon test against the best trial,
-# either stopping a trial (dvt_hpo.sampling.wilcoxon_halving): TPE without pruning's final
-# regret in 41 % of the budget, against 52 % for Wilcoxon alone (34 tasks x 10 seeds).
+# bound, such as the most layers or the least weight decay). The pruner: successive halving's
+# rungs and the Wilcoxon test against the best trial, either stopping a trial
+# (dvt_hpo.sampling.wilcoxon_halving): TPE without pruning's final regret in 41 % of the
+# budget, against 52 % for Wilcoxon alone (34 tasks x 10 seeds).
 # Arguments written without a kind go over these.
 DEFAULT_SAMPLER = SamplerSpec("tpe", {"multivariate": False, "consider_endpoints": True})
 DEFAULT_PRUNER = PrunerSpec("wilcoxon_halving", {})
@@ -42,7 +43,7 @@ def derive_budget_settings(
     if pruner.kind == "mo_asha":
         return _mo_asha_rungs(study, trainer_config, dims)
     if pruner.kind == "wilcoxon_halving":
-        return _halving_limit(study, trainer_config, dims)
+        return _rungs_below_last_epoch(study, _epochs(trainer_config, dims))
     if pruner.kind != "hyperband" or "max_resource" in pruner.kwargs:
         return study
     epochs = _epochs(trainer_config, dims)
@@ -80,18 +81,15 @@ def _mo_asha_rungs(
     epochs = _epochs(trainer_config, dims)
     kwargs = dict(study.pruner.kwargs)
     kwargs.setdefault("min_resource", max(1, epochs // 10) if epochs is not None else 1)
-    if epochs is not None:
-        kwargs.setdefault("max_resource", max(1, epochs - 1))
-    return dataclasses.replace(study, pruner=PrunerSpec(study.pruner.kind, kwargs))
+    study = dataclasses.replace(study, pruner=PrunerSpec(study.pruner.kind, kwargs))
+    return _rungs_below_last_epoch(study, epochs)
 
 
-def _halving_limit(
-    study: StudySection, trainer_config: Mapping[str, Any], dims: Sequence[Dimension]
-) -> StudySection:
-    """``wilcoxon_halving``'s ``max_resource``, where the file does not set it: epochs - 1, so
-    that no rung decides at a trial's last report (steps 0..E-1 or 1..E), when it has trained
-    every epoch. Left unset (no limit) when the file does not say how many epochs a trial runs."""
-    epochs = _epochs(trainer_config, dims)
+def _rungs_below_last_epoch(study: StudySection, epochs: int | None) -> StudySection:
+    """The pruner's ``max_resource``, where the file does not set it: epochs - 1, so that no
+    rung decides at a trial's last report (steps 0..E-1 or 1..E), when it has trained every
+    epoch (``mo_asha``, ``wilcoxon_halving``). Left unset (no limit) when the file does not say
+    how many epochs a trial runs."""
     if epochs is None or "max_resource" in study.pruner.kwargs:
         return study
     kwargs = {**study.pruner.kwargs, "max_resource": max(1, epochs - 1)}
