@@ -80,6 +80,21 @@ SAMPLERS: dict[str, dict[str, Any]] = {
         "consider_endpoints": True,
         "prior_weight": 0.5,
     },
+    # Issue 31, fifth round: the fourth round's TPE settings under the new default's pruner, and
+    # a greedier choice among more candidates.
+    "tpe-uni-ce-s5-pw05": {
+        "kind": "tpe",
+        "multivariate": False,
+        "consider_endpoints": True,
+        "n_startup_trials": 5,
+        "prior_weight": 0.5,
+    },
+    "tpe-uni-ce-ei100": {
+        "kind": "tpe",
+        "multivariate": False,
+        "consider_endpoints": True,
+        "n_ei_candidates": 100,
+    },
 }
 # The grid's samplers (tpe-mv is "tpe" under Optuna 5; qmc on request).
 GRID_SAMPLERS = ("random", "tpe", "tpe-uni", "cmaes")
@@ -94,6 +109,9 @@ PRUNERS: dict[str, dict[str, Any]] = {
     # Successive halving (rungs at 3, 9, 27 epochs) and Wilcoxon, either stopping a trial: the
     # default since issue 31's fourth round (dvt_hpo.sampling.wilcoxon_halving).
     "wilcoxon-halving": {"kind": "wilcoxon_halving"},
+    # Issue 31, fifth round: the default pruner with a higher threshold, a later first rung.
+    "wilcoxon-halving-p2": {"kind": "wilcoxon_halving", "p_threshold": 0.2},
+    "wilcoxon-halving-m4": {"kind": "wilcoxon_halving", "min_resource": 4},
     # Candidates for the default (issue 31): Wilcoxon with another threshold or a minimum of
     # epochs before it decides.
     "wilcoxon-p05": {"kind": "wilcoxon", "p_threshold": 0.05},
