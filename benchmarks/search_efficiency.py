@@ -49,6 +49,8 @@ from lcbench_surrogate import MAX_EPOCHS, Surrogate, search_space  # noqa: E402
 # Sampler and pruner settings of the grid, as study.yaml writes them ("seed" is added per run).
 # "tpe" is Optuna's TPESampler as dvt-hpo built it before this benchmark (Optuna's defaults:
 # multivariate under Optuna 5, univariate under 4.x); "tpe-uni" and "tpe-mv" say which.
+# The default's sampler, which the later rounds' TPE candidates vary.
+_TPE_UNI_CE: dict[str, Any] = {"kind": "tpe", "multivariate": False, "consider_endpoints": True}
 SAMPLERS: dict[str, dict[str, Any]] = {
     "random": {"kind": "random"},
     "tpe": {"kind": "tpe"},
@@ -63,38 +65,17 @@ SAMPLERS: dict[str, dict[str, Any]] = {
     "rung40": {"kind": "rung_tpe", "min_trials": 40},
     # Issue 31, fourth round: TPE's kernel widths taking the bounds into account (the default's
     # sampler since then), and with a multivariate model or half the prior's weight.
-    "tpe-uni-ce": {"kind": "tpe", "multivariate": False, "consider_endpoints": True},
+    "tpe-uni-ce": dict(_TPE_UNI_CE),
     "tpe-mv-ce": {"kind": "tpe", "multivariate": True, "consider_endpoints": True},
     "tpe-uni-s5": {"kind": "tpe", "multivariate": False, "n_startup_trials": 5},
     "tpe-uni-s20": {"kind": "tpe", "multivariate": False, "n_startup_trials": 20},
     "tpe-uni-pw05": {"kind": "tpe", "multivariate": False, "prior_weight": 0.5},
-    "tpe-uni-ce-s5": {
-        "kind": "tpe",
-        "multivariate": False,
-        "consider_endpoints": True,
-        "n_startup_trials": 5,
-    },
-    "tpe-uni-ce-pw05": {
-        "kind": "tpe",
-        "multivariate": False,
-        "consider_endpoints": True,
-        "prior_weight": 0.5,
-    },
+    "tpe-uni-ce-s5": {**_TPE_UNI_CE, "n_startup_trials": 5},
+    "tpe-uni-ce-pw05": {**_TPE_UNI_CE, "prior_weight": 0.5},
     # Issue 31, fifth round: the fourth round's TPE settings under the new default's pruner, and
     # a greedier choice among more candidates.
-    "tpe-uni-ce-s5-pw05": {
-        "kind": "tpe",
-        "multivariate": False,
-        "consider_endpoints": True,
-        "n_startup_trials": 5,
-        "prior_weight": 0.5,
-    },
-    "tpe-uni-ce-ei100": {
-        "kind": "tpe",
-        "multivariate": False,
-        "consider_endpoints": True,
-        "n_ei_candidates": 100,
-    },
+    "tpe-uni-ce-s5-pw05": {**_TPE_UNI_CE, "n_startup_trials": 5, "prior_weight": 0.5},
+    "tpe-uni-ce-ei100": {**_TPE_UNI_CE, "n_ei_candidates": 100},
 }
 # The grid's samplers (tpe-mv is "tpe" under Optuna 5; qmc on request).
 GRID_SAMPLERS = ("random", "tpe", "tpe-uni", "cmaes")
