@@ -4,7 +4,7 @@
     python benchmarks/peers_table.py --with R4            # + dvt-hpo's 4-at-a-time results
 
 Reads the peers' result files (``peer_ray.py``, ``peer_syne.py``), runs dvt-hpo's ``default``,
-its default before (``tpe-uni+wilcoxon``) and ``tpe+none`` on the same tasks and seeds with
+its default before (``tpe-uni-ce+wilcoxon-halving``) and ``tpe+none`` on the same tasks and seeds with
 ``search_efficiency``'s replay engine (one trial at a time, the same study files as ``dvt-hpo run``), and prints, one trial at a time and
 4 at a time, the normalized regret at 25/50/100 % of the budget and the epochs to TPE-without-
 pruning's final regret, computed by ``search_efficiency_report``'s own functions (the
@@ -34,9 +34,9 @@ import peer_common as pc  # noqa: E402
 import search_efficiency as se  # noqa: E402
 import search_efficiency_report as report  # noqa: E402
 
-# dvt-hpo's rows: its default, the default before issue 31's fourth round (TPE univariate +
-# Wilcoxon) and TPE without pruning.
-DVT_CELLS = ("default", "tpe-uni+wilcoxon", "tpe+none")
+# dvt-hpo's rows: its default, the default before issue 31's sixth round (TPE univariate with
+# consider_endpoints, successive halving and Wilcoxon) and TPE without pruning.
+DVT_CELLS = ("default", "tpe-uni-ce+wilcoxon-halving", "tpe+none")
 
 
 def load_cells(

@@ -76,6 +76,9 @@ SAMPLERS: dict[str, dict[str, Any]] = {
     # a greedier choice among more candidates.
     "tpe-uni-ce-s5-pw05": {**_TPE_UNI_CE, "n_startup_trials": 5, "prior_weight": 0.5},
     "tpe-uni-ce-ei100": {**_TPE_UNI_CE, "n_ei_candidates": 100},
+    # Issue 31, sixth round: a GP over (config, epoch) fitted on every trial's curve, as
+    # MOBSTER's (dvt_hpo.sampling.mf_gp).
+    "mf-gp": {"kind": "mf_gp"},
 }
 # The grid's samplers (tpe-mv is "tpe" under Optuna 5; qmc on request).
 GRID_SAMPLERS = ("random", "tpe", "tpe-uni", "cmaes")
@@ -171,8 +174,8 @@ CELL_GROUPS: dict[str, tuple[str, ...]] = {
 }
 DEFAULT_CELL = "default"
 # The cell the default resolves to (dvt_hpo/studyfile/defaults.py); `tpe-uni+wilcoxon` before
-# issue 31's fourth round.
-DEFAULT_RESOLVES_TO = "tpe-uni-ce+wilcoxon-halving"
+# issue 31's fourth round, `tpe-uni-ce+wilcoxon-halving` before its sixth.
+DEFAULT_RESOLVES_TO = "mf-gp+wilcoxon"
 QUICK_CELLS = ("tpe+none", "tpe+median", DEFAULT_CELL)
 QUICK_TASKS = ("3945", "167168", "189906")
 FULL_BUDGET = 30  # full trainings' worth of epochs per study

@@ -261,7 +261,7 @@ def _as_the_user_wrote_it(spec: StudySpec) -> StudySpec:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from dvt_hpo.run.preflight import find_entrypoint, load_runnable
-    from dvt_hpo.study.messages import algorithms_text
+    from dvt_hpo.study.messages import spec_algorithms_text
     from dvt_hpo.studyfile.objective import describe_objective
 
     spec = load_runnable(args.study, args.overrides)
@@ -279,7 +279,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     print(
         f"{args.study}: ok — study {spec.study.name!r}, {budget}, "
         f"{describe_objective(spec.objective)}, search space: {dims}; "
-        f"{algorithms_text(spec.study, multi_objective=spec.objective.is_multi)}; "
+        f"{spec_algorithms_text(spec)}; "
         f"{trainer}; {stored}" + _packing(spec)
     )
     if note is not None:

@@ -52,6 +52,8 @@ SAMPLER_CLASSES: dict[str, str] = {
     "nsga3": "NSGAIIISampler",
     "bruteforce": "BruteForceSampler",
     "rung_tpe": "RungTPESampler",  # TPE on values at a rung: dvt_hpo.sampling.rung_tpe
+    # A GP over (config, epoch) fitted on every curve: dvt_hpo.sampling.mf_gp
+    "mf_gp": "MultiFidelityGPSampler",
 }
 PRUNER_CLASSES: dict[str, str] = {
     "median": "MedianPruner",
@@ -71,6 +73,7 @@ SAMPLER_PACKAGES: dict[str, tuple[str, ...]] = {
     "cmaes": ("cmaes",),
     "qmc": ("scipy",),
     "gp": ("torch", "scipy"),
+    "mf_gp": ("scipy",),
 }
 PRUNER_PACKAGES: dict[str, tuple[str, ...]] = {
     "wilcoxon": ("scipy",),
@@ -81,11 +84,11 @@ BUILT_ARGUMENTS: dict[str, tuple[str, ...]] = {"grid": ("search_space",)}
 # Kinds whose seed gets the resume offset. QMC and grid are left alone: they continue from what
 # the study storage says was already sampled, and a new seed would restart their sequence.
 _OFFSET_SEED_KINDS = frozenset(
-    {"tpe", "rung_tpe", "random", "cmaes", "gp", "nsga2", "nsga3", "bruteforce"}
+    {"tpe", "rung_tpe", "mf_gp", "random", "cmaes", "gp", "nsga2", "nsga3", "bruteforce"}
 )
 # Kinds whose Optuna class raises on a multi-objective study (found in its source when the
 # source can be read; this list is the fallback).
-_SINGLE_OBJECTIVE_KINDS = frozenset({"cmaes", "rung_tpe"})
+_SINGLE_OBJECTIVE_KINDS = frozenset({"cmaes", "rung_tpe", "mf_gp"})
 
 
 def sampler_class(kind: str) -> type:
@@ -95,6 +98,10 @@ def sampler_class(kind: str) -> type:
         from dvt_hpo.sampling.rung_tpe import RungTPESampler
 
         return RungTPESampler
+    if kind == "mf_gp":
+        from dvt_hpo.sampling.mf_gp import MultiFidelityGPSampler
+
+        return MultiFidelityGPSampler
     cls = getattr(optuna.samplers, SAMPLER_CLASSES[kind], None)
     if cls is None:  # pragma: no cover - depends on the Optuna release
         raise KeyError(f"this Optuna release ({optuna.__version__}) has no sampler {kind!r}")
@@ -129,7 +136,7 @@ def supports_multi_objective(kind: str) -> bool:
     """Whether the sampler of ``kind`` accepts a study with several objectives. Optuna's
     single-objective samplers call a private check (:func:`single_objective_only`);
     ``rung_tpe`` ranks trials by one value at a rung."""
-    if kind == "rung_tpe":
+    if kind in ("rung_tpe", "mf_gp"):
         return False
     try:
         return not single_objective_only(sampler_class(kind))

@@ -158,10 +158,11 @@ class StudySection:
         "arguments (`{kind: tpe, seed: 0}`); arguments without a kind go over the default.",
         accepts="a kind (`tpe`, `random`, `cmaes`, `qmc`, `gp`, `grid`, `nsga2`, `nsga3`, "
         "`bruteforce`, `rung_tpe`: TPE fitted on each trial's value at the highest epoch "
-        "`min_trials` finished trials reached, pruned ones included) or "
+        "`min_trials` finished trials reached, pruned ones included; `mf_gp`: a GP over "
+        "(config, epoch) fitted on every trial's curve, as MOBSTER's) or "
         "`{kind: ..., <argument>: ...}`",
-        shown_default="`{kind: tpe, multivariate: false, consider_endpoints: true}` (several "
-        "objectives: `nsga2`)",
+        shown_default="`mf_gp` (with `objective.constraints`: `{kind: tpe, multivariate: false, "
+        "consider_endpoints: true}`; several objectives: `nsga2`)",
     )
     pruner: PrunerSpec = domain(
         default_factory=PrunerSpec,
@@ -169,8 +170,8 @@ class StudySection:
         accepts="a kind (`median`, `percentile`, `successive_halving`, `hyperband`, `threshold`, "
         "`wilcoxon`, `wilcoxon_halving`: successive halving's rungs and the Wilcoxon test, "
         "either stopping a trial; `none`), `{kind: ..., <argument>: ...}` or null",
-        shown_default="`wilcoxon_halving` (rungs at steps 3, 9, 27, ..., none at a trial's "
-        "last report; several objectives: `none`)",
+        shown_default="`wilcoxon` (with `objective.constraints`: `wilcoxon_halving`, rungs at "
+        "steps 3, 9, 27, ..., none at a trial's last report; several objectives: `none`)",
     )
     # A count (int >= 1) or a share of n_trials (0 < float < 1); the loader rejects a share
     # without n_trials.

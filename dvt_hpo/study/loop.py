@@ -279,7 +279,7 @@ class StudyRunner:
             self.out(
                 f"study {spec.study.name!r} on {where}: "
                 f"{run_messages.objective_text(spec.objective)}; "
-                f"{run_messages.algorithms_text(spec.study, multi_objective=spec.objective.is_multi)}; "
+                f"{run_messages.spec_algorithms_text(spec)}; "
                 + (f"{n_done}/{n_trials} trials done, " if n_trials else f"{n_done} done, ")
                 + f"{spec.trials.parallel} at a time"
                 + (f", {device_slots.packing_text(slots, spec.trials.per_gpu)}" if packing else "")

@@ -43,6 +43,7 @@ _SAMPLER_NAMES = {
     "nsga3": "NSGA-III",
     "bruteforce": "brute force",
     "rung_tpe": "rung TPE",
+    "mf_gp": "multi-fidelity GP",
 }
 _PRUNER_NAMES = {
     "successive_halving": "successive halving",
@@ -89,19 +90,18 @@ def _settings(kind: str, kwargs: Mapping[str, Any], cls: type) -> list[str]:
     return out
 
 
-def algorithms_text(study: StudySection, *, multi_objective: bool = False) -> str:
+def algorithms_text(
+    study: StudySection, *, multi_objective: bool = False, constrained: bool = False
+) -> str:
     """``sampler TPE (univariate, seed 3) · pruner Wilcoxon (p 0.1) — the defaults``: what a
     study uses, with the settings that shape it (the start line and ``validate`` say it)."""
     from dvt_hpo.sampling.optuna_factory import pruner_class, sampler_class
-    from dvt_hpo.studyfile.defaults import DEFAULT_PRUNER, DEFAULT_SAMPLER
+    from dvt_hpo.studyfile.defaults import default_algorithms
 
     sampler, pruner = study.sampler, study.pruner
-    default_sampler = (
-        ("nsga2", {}) if multi_objective else (DEFAULT_SAMPLER.kind, DEFAULT_SAMPLER.kwargs)
-    )
-    default_pruner = (
-        ("none", {}) if multi_objective else (DEFAULT_PRUNER.kind, DEFAULT_PRUNER.kwargs)
-    )
+    defaults = default_algorithms(multi_objective=multi_objective, constrained=constrained)
+    default_sampler = (defaults[0].kind, defaults[0].kwargs)
+    default_pruner = (defaults[1].kind, defaults[1].kwargs)
     # A seed, and the constant liar that parallel trials get, leave a default the default.
     own = {k: v for k, v in sampler.kwargs.items() if k not in ("seed", "constant_liar")}
     pruner_own = {k: v for k, v in pruner.kwargs.items() if k not in _DERIVED.get(pruner.kind, ())}
@@ -123,6 +123,14 @@ def algorithms_text(study: StudySection, *, multi_objective: bool = False) -> st
     if any(is_default):
         return line + (" — the default sampler" if is_default[0] else " — the default pruner")
     return line
+
+
+def spec_algorithms_text(spec: StudySpec) -> str:
+    """:func:`algorithms_text` of a whole study file: its defaults follow its objective."""
+    objective = spec.objective
+    return algorithms_text(
+        spec.study, multi_objective=objective.is_multi, constrained=bool(objective.constraints)
+    )
 
 
 def dashboard_available() -> bool:
@@ -336,6 +344,7 @@ def retry_hint(failed: Sequence[int], study_file: Path, overrides: Sequence[str]
 
 __all__ = [
     "algorithms_text",
+    "spec_algorithms_text",
     "dashboard_available",
     "dashboard_hint",
     "fmt_params",

@@ -13,21 +13,43 @@ from typing import Any
 
 from dvt_hpo.spec.model import Dimension, PrunerSpec, SamplerSpec, StudySection
 
-__all__ = ["DEFAULT_PRUNER", "DEFAULT_SAMPLER", "derive_budget_settings"]
+__all__ = [
+    "CONSTRAINED_PRUNER",
+    "CONSTRAINED_SAMPLER",
+    "DEFAULT_PRUNER",
+    "DEFAULT_SAMPLER",
+    "default_algorithms",
+    "derive_budget_settings",
+]
 
 # What a study file that names no sampler or pruner gets: the best combination measured on the
 # LCBench surrogate through dvt-hpo itself (benchmarks/search_efficiency.py; docs/performance/
-# search-efficiency.md). TPE univariate, explicitly: Optuna 5 made TPE multivariate by default,
-# which did worse under pruning (about even without). `consider_endpoints`: the widths of the
-# Parzen kernels take the bounds of each range into account (it lowered the median regret at
-# 25, 50 and 100 % of the budget; plausibly because many of LCBench's best configs lie at a
-# bound, such as the most layers or the least weight decay). The pruner: successive halving's
-# rungs and the Wilcoxon test against the best trial, either stopping a trial
-# (dvt_hpo.sampling.wilcoxon_halving): TPE without pruning's final regret in 41 % of the
-# budget, against 52 % for Wilcoxon alone (34 tasks x 10 seeds).
+# search-efficiency.md). Since issue 31's sixth round: a GP over (config, epoch) fitted on every
+# trial's curve, stopped ones included (dvt_hpo.sampling.mf_gp), with the Wilcoxon test against
+# the best trial: TPE without pruning's final regret in 34 % of the budget against 43 % for the
+# default before, sooner on 27 of the 33 tasks where they differ (34 tasks x 20 seeds); four at a
+# time through `dvt-hpo run`, 33 % against 46 % (8 tasks x 3 seeds).
 # Arguments written without a kind go over these.
-DEFAULT_SAMPLER = SamplerSpec("tpe", {"multivariate": False, "consider_endpoints": True})
-DEFAULT_PRUNER = PrunerSpec("wilcoxon_halving", {})
+DEFAULT_SAMPLER = SamplerSpec("mf_gp", {})
+DEFAULT_PRUNER = PrunerSpec("wilcoxon", {})
+# With objective.constraints: the GP does not model feasibility, and Optuna's TPE does, so a
+# constrained study keeps the default before (TPE univariate, the widths of its Parzen kernels
+# taking the bounds into account, with successive halving's rungs and the Wilcoxon test:
+# dvt_hpo.sampling.wilcoxon_halving; 41 % of the budget on the same grid).
+CONSTRAINED_SAMPLER = SamplerSpec("tpe", {"multivariate": False, "consider_endpoints": True})
+CONSTRAINED_PRUNER = PrunerSpec("wilcoxon_halving", {})
+
+
+def default_algorithms(
+    *, multi_objective: bool = False, constrained: bool = False
+) -> tuple[SamplerSpec, PrunerSpec]:
+    """The sampler and pruner of a study file that names neither: NSGA-II and no pruning with
+    several objectives, TPE and ``wilcoxon_halving`` with constraints, else the measured best."""
+    if multi_objective:
+        return SamplerSpec("nsga2"), PrunerSpec("none")
+    if constrained:
+        return CONSTRAINED_SAMPLER, CONSTRAINED_PRUNER
+    return DEFAULT_SAMPLER, DEFAULT_PRUNER
 
 
 def derive_budget_settings(

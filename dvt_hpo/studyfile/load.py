@@ -103,6 +103,7 @@ def read_study_file(path: str | Path, overrides: Sequence[str] = ()) -> tuple[Do
         root,
         parallel if isinstance(parallel, int) else 1,
         multi_objective=objective.is_multi,
+        constrained=bool(objective.constraints),
     )
     trials = read_trials(reader, root, study.name)
     trainer, schema = read_trainer(reader, root, deferred)

@@ -30,7 +30,7 @@ from dvt_hpo.spec.model import (
     StudySection,
     TrackingSpec,
 )
-from dvt_hpo.studyfile.defaults import DEFAULT_PRUNER, DEFAULT_SAMPLER
+from dvt_hpo.studyfile.defaults import default_algorithms
 from dvt_hpo.studyfile.fields import Reader
 from dvt_hpo.studyfile.urls import expand_env, resolve_url
 from dvt_hpo.text.redact import redact_url
@@ -60,12 +60,18 @@ _MAX_FAILURES_RULE = (
 
 
 def read_study(
-    r: Reader, root: Mapping[str, Any], parallel: int, *, multi_objective: bool = False
+    r: Reader,
+    root: Mapping[str, Any],
+    parallel: int,
+    *,
+    multi_objective: bool = False,
+    constrained: bool = False,
 ) -> StudySection:
     """``multi_objective``: the study has several objectives, so the sampler defaults to
     NSGA-II, pruning is off unless ``mo_asha`` is named (Optuna cannot prune multi-objective
     trials: ``Trial.report`` raises) and samplers and pruners for one objective are refused
-    here."""
+    here. ``constrained``: the objective has constraints, so the sampler defaults to one that
+    reads them (:func:`default_algorithms`)."""
     key: Key = ("study",)
     if "study" not in root:
         raise r.err(key, "missing required section 'study' (it needs at least a name)")
@@ -91,12 +97,15 @@ def read_study(
             f"must be greater than heartbeat_interval_s ({heartbeat}), or a live trial would "
             f"be taken for dead between two heartbeats, got {grace}",
         )
+    default_sampler, default_pruner = default_algorithms(
+        multi_objective=multi_objective, constrained=constrained
+    )
     sampler_kind, sampler_kwargs = read_algorithm(
         r,
         sec,
         key,
         "sampler",
-        SamplerSpec("nsga2") if multi_objective else DEFAULT_SAMPLER,
+        default_sampler,
         optuna_factory.SAMPLER_CLASSES,
     )
     if multi_objective:
@@ -109,7 +118,7 @@ def read_study(
         sec,
         key,
         "pruner",
-        PrunerSpec("none") if multi_objective else DEFAULT_PRUNER,
+        default_pruner,
         optuna_factory.PRUNER_CLASSES,
     )
     if pruner_kind in MULTI_OBJECTIVE_PRUNERS and not multi_objective:

@@ -163,6 +163,8 @@ def _study_section(write_study: Any, **study: Any) -> Any:
     doc = toy_study("algorithms")
     for key in ("sampler", "pruner"):
         doc["study"].pop(key)
+    if "objective_constraints" in study:
+        doc["objective"]["constraints"] = study.pop("objective_constraints")
     doc["study"].update(study)
     return load_spec(write_study(doc))
 
@@ -171,28 +173,43 @@ def test_a_study_that_names_no_sampler_or_pruner_is_told_the_defaults(write_stud
     from dvt_hpo.study.messages import algorithms_text
 
     spec = _study_section(write_study)
-    pruner = "pruner Wilcoxon + successive halving (p 0.1, min resource 3, reduction factor 3)"
     assert algorithms_text(spec.study) == (
-        f"sampler TPE (univariate, consider endpoints) · {pruner} — the defaults"
+        "sampler multi-fidelity GP · pruner Wilcoxon (p 0.1) — the defaults"
     )
-    # A seed keeps the defaults the defaults; the example, word for word.
+    # A seed keeps the defaults the defaults.
     spec = _study_section(write_study, sampler={"seed": 3})
     assert algorithms_text(spec.study) == (
-        f"sampler TPE (univariate, consider endpoints, seed 3) · {pruner} — the defaults"
+        "sampler multi-fidelity GP (seed 3) · pruner Wilcoxon (p 0.1) — the defaults"
     )
+
+
+def test_a_constrained_study_is_told_its_own_defaults(write_study: Any) -> None:
+    from dvt_hpo.study.messages import algorithms_text, spec_algorithms_text
+
+    constraints = (ConstraintSpec(metric="n_params", max=5.0e6),)
+    spec = _study_section(write_study, objective_constraints=[{"metric": "n_params", "max": 5e6}])
+    assert spec.objective.constraints == constraints
+    pruner = "pruner Wilcoxon + successive halving (p 0.1, min resource 3, reduction factor 3)"
+    assert spec_algorithms_text(spec) == (
+        f"sampler TPE (univariate, consider endpoints) · {pruner} — the defaults"
+    )
+    # Without its objective, the same section is not the default (the GP is).
+    assert not algorithms_text(spec.study).endswith(" — the defaults")
 
 
 def test_the_rung_limit_taken_from_the_epochs_leaves_the_default_pruner_the_default() -> None:
     from dvt_hpo.spec.model import PrunerSpec, StudySection
     from dvt_hpo.study.messages import algorithms_text
-    from dvt_hpo.studyfile.defaults import DEFAULT_SAMPLER
+    from dvt_hpo.studyfile.defaults import CONSTRAINED_SAMPLER
 
     derived = PrunerSpec("wilcoxon_halving", {"max_resource": 51})
-    study = StudySection(name="x", sampler=DEFAULT_SAMPLER, pruner=derived)
-    assert algorithms_text(study).endswith("max resource 51) — the defaults")
+    study = StudySection(name="x", sampler=CONSTRAINED_SAMPLER, pruner=derived)
+    assert algorithms_text(study, constrained=True).endswith("max resource 51) — the defaults")
     written = PrunerSpec("wilcoxon_halving", {"max_resource": 51, "reduction_factor": 4})
-    study = StudySection(name="x", sampler=DEFAULT_SAMPLER, pruner=written)
-    assert algorithms_text(study).endswith("max resource 51) — the default sampler")
+    study = StudySection(name="x", sampler=CONSTRAINED_SAMPLER, pruner=written)
+    assert algorithms_text(study, constrained=True).endswith(
+        "max resource 51) — the default sampler"
+    )
 
 
 def test_named_algorithms_show_the_settings_written() -> None:
@@ -221,7 +238,9 @@ def test_named_algorithms_show_the_settings_written() -> None:
         sampler=SamplerSpec("tpe", {"multivariate": False, "consider_endpoints": True}),
         pruner=PrunerSpec("hyperband", {"max_resource": 52}),
     )
-    assert algorithms_text(study) == (
+    assert algorithms_text(study, constrained=True) == (
         "sampler TPE (univariate, consider endpoints) · pruner Hyperband (max resource 52) — "
         "the default sampler"
     )
+    study = StudySection(name="x", sampler=SamplerSpec("mf_gp", {}), pruner=PrunerSpec("none"))
+    assert algorithms_text(study) == "sampler multi-fidelity GP · pruner none — the default sampler"

@@ -10,9 +10,14 @@ from typing import Any
 
 import pytest
 
-from dvt_hpo.spec.model import PrunerSpec, StudySpec
+from dvt_hpo.spec.model import PrunerSpec, SamplerSpec, StudySpec
 from dvt_hpo.studyfile import load_spec
-from dvt_hpo.studyfile.defaults import DEFAULT_PRUNER, DEFAULT_SAMPLER, derive_budget_settings
+from dvt_hpo.studyfile.defaults import (
+    DEFAULT_PRUNER,
+    DEFAULT_SAMPLER,
+    default_algorithms,
+    derive_budget_settings,
+)
 from tests.conftest import toy_study
 
 EPOCHS_DIM = {"name": "epochs", "path": "epochs", "kind": "int", "low": 2, "high": 30}
@@ -33,11 +38,19 @@ def _pruner(
 
 
 def test_a_file_naming_no_sampler_or_pruner_gets_the_measured_best() -> None:
-    assert (DEFAULT_SAMPLER.kind, DEFAULT_SAMPLER.kwargs) == (
+    assert (DEFAULT_SAMPLER.kind, DEFAULT_SAMPLER.kwargs) == ("mf_gp", {})
+    assert (DEFAULT_PRUNER.kind, DEFAULT_PRUNER.kwargs) == ("wilcoxon", {})
+    # The GP does not read constraints: a constrained study keeps the default before it.
+    sampler, pruner = default_algorithms(constrained=True)
+    assert (sampler.kind, sampler.kwargs) == (
         "tpe",
         {"multivariate": False, "consider_endpoints": True},
     )
-    assert (DEFAULT_PRUNER.kind, DEFAULT_PRUNER.kwargs) == ("wilcoxon_halving", {})
+    assert (pruner.kind, pruner.kwargs) == ("wilcoxon_halving", {})
+    assert default_algorithms(multi_objective=True, constrained=True) == (
+        SamplerSpec("nsga2"),
+        PrunerSpec("none"),
+    )
 
 
 def test_hyperbands_max_resource_is_the_trainers_epochs(spec: StudySpec) -> None:

@@ -107,12 +107,8 @@ def test_minimal_spec_defaults(write: Callable[..., Path], tmp_path: Path) -> No
     spec = load_spec(write(BASE))
     assert spec.objective.metric == "loss" and spec.objective.direction == "minimize"
     # The best combination measured by benchmarks/search_efficiency.py (docs/performance/search-efficiency.md).
-    assert spec.study.sampler == SamplerSpec(
-        "tpe", {"multivariate": False, "consider_endpoints": True}
-    )
-    assert spec.study.pruner == PrunerSpec(
-        "wilcoxon_halving", {"max_resource": 1}
-    )  # below its 1 epoch, at least 1
+    assert spec.study.sampler == SamplerSpec("mf_gp", {})
+    assert spec.study.pruner == PrunerSpec("wilcoxon", {})
     assert spec.trials.devices == "auto"
     assert spec.trials.memory_limit is None
     assert spec.batch_size.auto is False

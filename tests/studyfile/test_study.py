@@ -10,6 +10,8 @@ import optuna
 import pytest
 
 from dvt_hpo.exceptions import SpecError
+from dvt_hpo.sampling.mf_gp import MultiFidelityGPSampler
+from dvt_hpo.sampling.wilcoxon import WilcoxonPruner
 from dvt_hpo.sampling.wilcoxon_halving import WilcoxonHalvingPruner
 from dvt_hpo.studyfile import (
     PlateauSpec,
@@ -140,19 +142,15 @@ def test_defaults_are_filled_once_by_the_spec(write: Callable[..., Path], tmp_pa
     assert spec.study.grace_period_s == 20
     assert spec.trials.runs_dir == tmp_path.resolve() / "runs" / "s"
     assert spec.trials.runs_dir.is_absolute()
-    # TPE samples parallel trials with constant_liar unless the study says otherwise.
+    # TPE samples parallel trials with constant_liar unless the study says otherwise (the
+    # default GP counts running trials itself).
     parallel = BASE + "trials: {parallel: 2}\n"
-    assert load_spec(write(parallel)).study.sampler.kwargs == {
-        "multivariate": False,
-        "consider_endpoints": True,
-        "constant_liar": True,
-    }
+    assert load_spec(write(parallel)).study.sampler.kwargs == {}
+    spec = load_spec(write(parallel), ["study.sampler=tpe"])
+    assert spec.study.sampler.kwargs == {"constant_liar": True}
     spec = load_spec(write(parallel), ["study.sampler={kind: tpe, constant_liar: false}"])
     assert spec.study.sampler.kwargs == {"constant_liar": False}
-    assert load_spec(write(BASE)).study.sampler.kwargs == {
-        "multivariate": False,
-        "consider_endpoints": True,
-    }
+    assert load_spec(write(BASE)).study.sampler.kwargs == {}
 
 
 # fmt: off
@@ -274,14 +272,24 @@ def test_no_sampler_or_pruner_gets_the_measured_default(write: Callable[..., Pat
         DEFAULT_SAMPLER.kind,
         DEFAULT_SAMPLER.kwargs,
     )
-    # The rungs stop below the trainer's last epoch (BASE trains 1: at least 1).
     assert (spec.study.pruner.kind, spec.study.pruner.kwargs) == (
         DEFAULT_PRUNER.kind,
-        {**DEFAULT_PRUNER.kwargs, "max_resource": 1},
+        DEFAULT_PRUNER.kwargs,
     )
-    sampler = build_sampler(spec.study.sampler, spec.search_space)
+    assert isinstance(build_sampler(spec.study.sampler, spec.search_space), MultiFidelityGPSampler)
+    assert isinstance(build_pruner(spec.study.pruner), WilcoxonPruner)
+
+
+def test_a_constrained_study_gets_a_sampler_that_reads_constraints(
+    write: Callable[..., Path],
+) -> None:
+    text = BASE + "objective: {metric: loss, constraints: [{metric: n_params, max: 1.0e6}]}\n"
+    spec = load_spec(write(text))
+    sampler = build_sampler(spec.study.sampler, spec.search_space, constrained=True)
     assert isinstance(sampler, optuna.samplers.TPESampler) and not sampler._multivariate
     assert sampler._parzen_estimator_parameters.consider_endpoints
+    # The rungs stop below the trainer's last epoch (BASE trains 1: at least 1).
+    assert spec.study.pruner.kwargs == {"max_resource": 1}
     assert isinstance(build_pruner(spec.study.pruner), WilcoxonHalvingPruner)
 
 
@@ -289,17 +297,9 @@ def test_no_sampler_or_pruner_gets_the_measured_default(write: Callable[..., Pat
     ("lines", "sampler", "pruner"),
     [
         # Arguments without a kind go over the default's.
-        (
-            ["  sampler: {seed: 3}"],
-            ("tpe", {"multivariate": False, "consider_endpoints": True, "seed": 3}),
-            None,
-        ),
-        (["  sampler: null"], ("tpe", {"multivariate": False, "consider_endpoints": True}), None),
-        (
-            ["  pruner: {p_threshold: 0.05}"],
-            None,
-            ("wilcoxon_halving", {"p_threshold": 0.05, "max_resource": 1}),
-        ),
+        (["  sampler: {seed: 3}"], ("mf_gp", {"seed": 3}), None),
+        (["  sampler: null"], ("mf_gp", {}), None),
+        (["  pruner: {p_threshold: 0.05}"], None, ("wilcoxon", {"p_threshold": 0.05})),
         # A kind named in the file is Optuna's class with the file's arguments only.
         (["  sampler: tpe"], ("tpe", {}), None),
         (["  sampler: {kind: tpe, seed: 1}"], ("tpe", {"seed": 1}), None),

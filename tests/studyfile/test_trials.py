@@ -134,6 +134,8 @@ def test_parallel_defaults_to_every_share_with_per_gpu(
     assert spec.trials.parallel == parallel
     assert spec.trials.per_gpu == (1 if "per_gpu" not in trials else int(trials[10]))
     # TPE's constant liar follows from several trials at once, however parallel was set.
+    tpe = BASE.replace("  name: s\n", "  name: s\n  sampler: tpe\n")
+    spec = load_spec(write(tpe + f"trials: {trials}\n"))
     liar = spec.study.sampler.kwargs.get("constant_liar", False)
     assert liar is (parallel > 1)
 
