@@ -72,8 +72,8 @@ def test_a_resumed_study_whose_best_trial_has_no_curve_says_so_once(tmp_path: Pa
     first = run_cli("run", "study.yaml", cwd=tmp_path)
     assert first.code == 0, first.err
     assert (
-        "pruner Wilcoxon + successive halving (p 0.1, min resource 3, reduction factor 3) — "
-        "the default pruner; 0/1 trials done"
+        "pruner Wilcoxon + successive halving (p 0.1, min resource 3, reduction factor 3); "
+        "0/1 trials done"
     ) in first.out
 
     # Resumed with trials that report a curve under it: each report asks the pruner.
