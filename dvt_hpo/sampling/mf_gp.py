@@ -70,7 +70,6 @@ class MultiFidelityGPSampler(optuna.samplers.BaseSampler):
         self._n_startup = n_startup_trials
         self._refit_every = refit_every
         self._n_candidates = n_candidates
-        self._seed = seed
         self._rng = np.random.default_rng(seed)
         self._random = optuna.samplers.RandomSampler(seed=seed)
         with warnings.catch_warnings():  # consider_endpoints: deprecated, kept by the default
