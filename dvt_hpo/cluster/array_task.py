@@ -74,6 +74,32 @@ def _requeue_if_preempted() -> None:
         print(f"preempted, but not requeued: {exc}", file=sys.stderr, flush=True)
 
 
+def _stopped_before_start(requeue: bool) -> bool:
+    """Whether Slurm began stopping this job before its worker started (then it does not
+    start; a preempted one with ``cluster.requeue`` is requeued). A SIGTERM that came while
+    the task was still starting found no worker to stop: the task's Python ignores it until
+    submitit's handler, which only logs it (see :mod:`dvt_hpo.cluster.submit`), so Slurm is
+    asked. A Slurm that does not answer lets the worker start."""
+    from dvt_hpo.cluster import slurm
+
+    job = slurm.SlurmJob.from_environ()
+    if job is None:
+        return False
+    try:
+        reason = slurm.stop_reason(slurm.job_fields(job.job_id))
+    except slurm.SlurmError as exc:
+        print(f"worker: could not ask Slurm about job {job.name}: {exc}", file=sys.stderr)
+        return False
+    if reason is None:
+        return False
+    print(
+        f"worker: job {job.name} was {reason} before its worker started: none started", flush=True
+    )
+    if reason == "preempted" and requeue:
+        _requeue_if_preempted()
+    return True
+
+
 def run_worker(command_json: str) -> int:
     """Run one worker of the study, a plain ``dvt-hpo run`` process; raise
     :class:`WorkerFailed` when it fails (exit 1 or 2), so that Slurm reports the task FAILED."""
@@ -88,11 +114,15 @@ def run_worker(command_json: str) -> int:
         argv += ["--set", text]
     if command.allow_space_change:
         argv.append("--allow-space-change")
-    print(f"worker: dvt-hpo {' '.join(argv)}", flush=True)
     # Slurm signals every process of the job (scancel, time limit, preemption): the worker
     # gets its own SIGTERM and records its trials; this task only waits for it. A Python
     # handler, unlike SIG_IGN, is not inherited by the worker.
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    # From here a SIGTERM reaches the worker (or kills it before its handler: handled below);
+    # one that came earlier is asked for.
+    if _stopped_before_start(command.requeue):
+        return EXIT_INTERRUPTED
+    print(f"worker: dvt-hpo {' '.join(argv)}", flush=True)
     code = subprocess.call([sys.executable, "-m", "dvt_hpo", *argv])
     if code == -signal.SIGTERM:  # stopped before its run installed its own handler
         code = EXIT_INTERRUPTED

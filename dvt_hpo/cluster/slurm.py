@@ -25,10 +25,12 @@ __all__ = [
     "TaskState",
     "available",
     "cancel",
+    "job_fields",
     "kill_wait_s",
     "parse_duration_s",
     "preempted",
     "requeue",
+    "stop_reason",
     "task_states",
     "time_left_s",
 ]
@@ -182,19 +184,40 @@ def cancel(job_ids: Iterable[str]) -> None:
         _run(["scancel", *ids])
 
 
-def preempted(job_id: str) -> bool:
-    """Whether Slurm is preempting ``job_id`` now (``PreemptTime`` set, not cancelled nor
-    timed out): a worker that stops cleanly within the grace would otherwise end COMPLETED,
-    and Slurm requeues only jobs it has to kill."""
-    done = _run(["scontrol", "-o", "show", "job", job_id], check=False)
-    fields = dict(
-        part.split("=", 1) for part in done.stdout.split() if "=" in part and done.returncode == 0
-    )
+def stop_reason(fields: Mapping[str, str]) -> str | None:
+    """Why Slurm is stopping a job now, from ``scontrol -o show job``'s fields: "preempted"
+    (``PreemptTime`` set in this run: not before its ``StartTime``, should a Slurm keep a
+    requeued job's), "cancelled", "timed out", or another state the job is leaving RUNNING
+    for, lower-cased; None while it runs (or when the fields say nothing)."""
     state = fields.get("JobState", "")
-    return fields.get("PreemptTime", "None") not in ("None", "Unknown", "") and state not in (
-        "CANCELLED",
-        "TIMEOUT",
-    )
+    if state in ("CANCELLED", "TIMEOUT"):
+        return "cancelled" if state == "CANCELLED" else "timed out"
+    preempt_time = fields.get("PreemptTime", "None")
+    if preempt_time not in ("None", "Unknown", ""):
+        start = fields.get("StartTime", "")
+        # ISO 8601 times of one clock compare as text.
+        if not start or start in ("None", "Unknown") or preempt_time >= start:
+            return "preempted"
+    if state in ("", "RUNNING", "CONFIGURING", "COMPLETING"):
+        return None
+    return state.lower()
+
+
+def job_fields(job_id: str) -> dict[str, str]:
+    """``scontrol -o show job``'s ``Key=Value`` fields; raises :class:`SlurmError` when it
+    fails."""
+    done = _run(["scontrol", "-o", "show", "job", job_id])
+    return dict(part.split("=", 1) for part in done.stdout.split() if "=" in part)
+
+
+def preempted(job_id: str) -> bool:
+    """Whether Slurm is preempting ``job_id`` now (not cancelling it nor timing it out): a
+    worker that stops cleanly within the grace would otherwise end COMPLETED, and Slurm
+    requeues only jobs it has to kill. False when scontrol does not answer."""
+    try:
+        return stop_reason(job_fields(job_id)) == "preempted"
+    except SlurmError:
+        return False
 
 
 def requeue(job_id: str) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import shlex
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,13 @@ _RECORD_S = 10.0
 # worker needs no warning (it checks the time left itself), so the signal is one that every
 # process ignores unless it asks for it.
 _WARNING_SIGNAL = "URG@60"
+# How srun starts each task's Python: with SIGTERM ignored (an ignored signal stays ignored
+# across exec) until submitit installs its handler. Slurm's SIGTERM (a preemption, scancel)
+# that comes while the task is still starting would otherwise kill it: the task ends FAILED,
+# a preempted one is not requeued (Slurm requeues only jobs it has to kill). A SIGTERM missed
+# so is asked for: run_worker asks Slurm whether the job is being stopped before it starts
+# the worker.
+_TASK_PYTHON = f'/bin/sh -c \'trap "" TERM; exec "$0" "$@"\' {shlex.quote(sys.executable)}'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,7 +134,7 @@ def submit_study(
     opened = open_for_run(spec, allow_space_change=allow_space_change, out=out)
     storage, study_id = opened.storage, opened.study_id
     cluster.logs.mkdir(parents=True, exist_ok=True)
-    executor = submitit.SlurmExecutor(folder=cluster.logs)
+    executor = submitit.SlurmExecutor(folder=cluster.logs, python=_TASK_PYTHON)
     executor.update_parameters(**sbatch_parameters(spec, cluster))
     command = WorkerCommand(
         str(spec.path),

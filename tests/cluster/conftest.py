@@ -104,14 +104,16 @@ def wait_job_done(job_id: str, timeout_s: float) -> dict[str, str]:
 
 def preempt(job_id: str, cpus: int) -> None:
     """Preempt the worker ``job_id`` (on the partition that allows it) with an urgent job that
-    needs ``cpus``, the whole node; return once Slurm requeued it, its hold lifted."""
-    subprocess.run(
-        ["sbatch", "-p", "urgent", "-c", str(cpus), "--mem=64M", "-o", "/dev/null"]
+    needs ``cpus``, the whole node; return once Slurm requeued it and the urgent job ended, the
+    worker's hold lifted."""
+    urgent = subprocess.run(
+        ["sbatch", "--parsable", "-p", "urgent", "-c", str(cpus), "--mem=64M", "-o", "/dev/null"]
         + ["--wrap", "true"],
         check=True,
         timeout=30,
         capture_output=True,
-    )
+        text=True,
+    ).stdout.strip()
     wait_until(
         lambda: (
             (info := scontrol_job(job_id)).get("Restarts") == "1"
@@ -120,6 +122,10 @@ def preempt(job_id: str, cpus: int) -> None:
         60,
         "the worker to be requeued",
     )
+    # Once its hold is lifted the worker may start again before the urgent job did (under
+    # load, Slurm's backfill starts a preemptible job where the urgent one waits for the node),
+    # and then it is preempted a second time: a different test. The urgent job ends first.
+    wait_until(lambda: job_states(urgent).get(urgent) == "COMPLETED", 60, "the urgent job to end")
     # Slurm holds a requeued job for two minutes (BeginTime); an admin's `StartTime=now` lifts
     # the hold so that the test does not wait.
     subprocess.run(

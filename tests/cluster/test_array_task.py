@@ -6,6 +6,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from dvt_hpo.cluster.array_task import WorkerCommand, worker_overrides
 from dvt_hpo.cluster.submit import sbatch_parameters
 from dvt_hpo.studyfile import load_spec
@@ -71,3 +73,22 @@ def test_the_sbatch_script_holds_the_cluster_section(tmp_path: Path) -> None:
         "module load cuda",
     }
     assert expected <= lines, script
+
+
+@pytest.mark.processes
+def test_a_task_s_python_starts_with_sigterm_ignored() -> None:
+    # Until submitit's handler: a preemption's SIGTERM then must not kill the starting task.
+    import shlex
+    import subprocess
+
+    from dvt_hpo.cluster.submit import _TASK_PYTHON
+
+    probe = "import signal; print(signal.getsignal(signal.SIGTERM) is signal.SIG_IGN)"
+    done = subprocess.run(
+        ["/bin/sh", "-c", f"{_TASK_PYTHON} -c {shlex.quote(probe)}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.strip() == "True"

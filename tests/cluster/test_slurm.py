@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dvt_hpo.cluster.slurm import SlurmJob, parse_duration_s
+from dvt_hpo.cluster.slurm import SlurmJob, parse_duration_s, stop_reason
 
 
 @pytest.mark.parametrize(
@@ -38,3 +38,45 @@ def test_the_job_an_array_task_runs_in() -> None:
     assert single is not None and single.name == "7"
     assert single.attrs() == {"slurm_job_id": "7", "slurm_worker": "7"}
     assert SlurmJob.from_environ({}) is None
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        ({"JobState": "RUNNING", "PreemptTime": "None"}, None),
+        ({"JobState": "CONFIGURING"}, None),
+        ({}, None),
+        # Preempted during its grace time: still RUNNING.
+        (
+            {
+                "JobState": "RUNNING",
+                "StartTime": "2026-12-03T12:15:16",
+                "PreemptTime": "2026-12-03T12:15:19",
+            },
+            "preempted",
+        ),
+        # In the second it started.
+        (
+            {
+                "JobState": "RUNNING",
+                "StartTime": "2026-12-03T12:15:16",
+                "PreemptTime": "2026-12-03T12:15:16",
+            },
+            "preempted",
+        ),
+        # A requeued job's earlier run was preempted, not this one.
+        (
+            {
+                "JobState": "RUNNING",
+                "StartTime": "2026-12-03T12:20:00",
+                "PreemptTime": "2026-12-03T12:15:19",
+            },
+            None,
+        ),
+        ({"JobState": "CANCELLED", "PreemptTime": "2026-12-03T12:15:19"}, "cancelled"),
+        ({"JobState": "TIMEOUT"}, "timed out"),
+        ({"JobState": "PENDING"}, "pending"),
+    ],
+)
+def test_why_slurm_stops_a_job(fields: dict[str, str], reason: str | None) -> None:
+    assert stop_reason(fields) == reason

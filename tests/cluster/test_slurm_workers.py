@@ -188,6 +188,32 @@ def test_a_preempted_worker_is_requeued_and_retries_its_trial(
     assert retry.user_attrs["slurm_job_id"] == job
 
 
+def test_a_worker_preempted_while_it_starts_is_requeued_and_starts_no_trial(
+    slurm_cluster: int, postgres_url: str, unique_name: str, tmp_path: Path
+) -> None:
+    cpus = slurm_cluster
+    doc = cluster_study(
+        unique_name,
+        postgres_url,
+        study={"n_trials": 1},
+        trainer={"config": {"curve": [0.5]}},
+        # The preemption lands while the batch script runs the setup, before the task's Python:
+        # its SIGTERM finds no worker to stop, and the one that starts later must ask Slurm.
+        cluster={"workers": 1, "requeue": True, "cpus_per_worker": cpus, "setup": ["sleep 6"]},
+    )
+    path = write_yaml(tmp_path / "study.yaml", doc)
+    job = submit(path)
+    wait_until(lambda: job_states(job).get(job) == "RUNNING", 60, "the worker's job to start")
+    preempt(job, cpus)
+    states = wait_job_done(job, 90)
+    assert states == {job: "COMPLETED"}
+    (trial,) = _trials(postgres_url, unique_name)
+    assert trial.state == optuna.trial.TrialState.COMPLETE
+    log = (tmp_path / "runs" / unique_name / "slurm" / f"{job}_0_log.out").read_text()
+    assert f"job {job} was preempted before its worker started: none started" in log, log
+    assert f"preempted: job {job} requeued (cluster.requeue)" in log, log
+
+
 def test_cancel_stops_the_study_s_workers_and_their_trials_are_retried(
     slurm_cluster: int, postgres_url: str, unique_name: str, tmp_path: Path
 ) -> None:
