@@ -16,6 +16,10 @@ import json
 import signal
 import sys
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dvt_hpo.cluster.slurm import SlurmJob
 
 __all__ = ["WorkerCommand", "WorkerFailed", "run_worker", "worker_overrides"]
 
@@ -60,18 +64,24 @@ def _requeue_if_preempted() -> None:
     from dvt_hpo.cluster import slurm
 
     job = slurm.SlurmJob.from_environ()
-    if job is None:
-        return
+    if job is not None and slurm.preempted(job.job_id):
+        _requeue(job)
+
+
+def _requeue(job: SlurmJob) -> None:
+    """Requeue this preempted job (``cluster.requeue``), saying so in its log."""
+    from dvt_hpo.cluster import slurm
+
     try:
-        if slurm.preempted(job.job_id):
-            slurm.requeue(job.job_id)
-            print(
-                f"preempted: job {job.name} requeued (cluster.requeue); its interrupted trials "
-                "run again when it restarts",
-                flush=True,
-            )
+        slurm.requeue(job.job_id)
     except slurm.SlurmError as exc:
         print(f"preempted, but not requeued: {exc}", file=sys.stderr, flush=True)
+        return
+    print(
+        f"preempted: job {job.name} requeued (cluster.requeue); its interrupted trials run "
+        "again when it restarts",
+        flush=True,
+    )
 
 
 def _stopped_before_start(requeue: bool) -> bool:
@@ -96,7 +106,7 @@ def _stopped_before_start(requeue: bool) -> bool:
         f"worker: job {job.name} was {reason} before its worker started: none started", flush=True
     )
     if reason == "preempted" and requeue:
-        _requeue_if_preempted()
+        _requeue(job)
     return True
 
 
