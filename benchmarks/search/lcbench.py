@@ -1,0 +1,40 @@
+"""YAHPO Gym LCBench (``benchmarks/lcbench_surrogate.py``): an MLP on 34 OpenML tasks, 7
+hyperparameters, 52 epochs; the objective is the validation accuracy."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+from family import HERE, REFERENCE_SAMPLES, Family
+
+sys.path.insert(1, str(HERE.parent))
+import lcbench_surrogate  # noqa: E402
+
+
+class Lcbench(Family):
+    name = "lcbench"
+    steps = lcbench_surrogate.MAX_EPOCHS
+    fidelity = "epochs"
+
+    @cached_property
+    def surrogate(self) -> lcbench_surrogate.Surrogate:
+        return lcbench_surrogate.Surrogate()
+
+    @property
+    def tasks(self) -> tuple[str, ...]:
+        return self.surrogate.tasks
+
+    def search_space(self) -> list[dict[str, Any]]:
+        return lcbench_surrogate.search_space(self.surrogate.dimensions)
+
+    def curve(self, task: str, params: Mapping[str, Any]) -> np.ndarray:
+        return self.surrogate.curve(task, params, self.steps)["val_accuracy"].astype(float)
+
+    def random_finals(self, task: str) -> np.ndarray:
+        rng = np.random.default_rng(12345)
+        hps = self.surrogate.sample(REFERENCE_SAMPLES, rng)
+        return self.surrogate.final_values(task, hps, "val_accuracy").astype(float)

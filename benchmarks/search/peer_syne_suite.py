@@ -1,0 +1,289 @@
+"""Syne Tune's ASHA on the search suite (every family, the suite's halves, seeds and budget), in
+Syne Tune's simulator; the results are suite rows, so ``suite_report.py`` reads them beside
+dvt-hpo's cells.
+
+    python3.11 -m venv .venv-syne
+    .venv-syne/bin/pip install 'syne-tune==0.13.0' onnxruntime numpy pyyaml
+    PYTHONPATH=$PWD .venv-syne/bin/python benchmarks/search/peer_syne_suite.py \\
+        --grid report-r8-syne --half report --seeds 5 --cells syne-asha-promotion
+
+Cells: ``syne-asha-promotion``: ``syne_tune.optimizer.baselines.ASHA`` with
+``type="promotion"`` (a trial pauses at each rung and is resumed from where it paused when it
+ranks in the top ``1 / reduction_factor`` there: the rule ``trials.pause`` takes over);
+``syne-asha``: the same with ``type="stopping"``. Both random search, Syne Tune's defaults
+otherwise (``grace_period=1``, ``reduction_factor=3``, ``brackets=1``), ``max_t`` = the family's
+steps, ``mode="max"``, ``random_seed`` = the study's seed.
+
+A family is a Syne Tune ``Blackbox`` (the family's curve; each step one simulated second: with one
+trial at a time only the order matters), run by ``UserBlackboxBackend`` (checkpointing on: a
+resumed trial reports only the steps after its pause) under the ``SimulatorCallback``. A
+conditional dimension (the built-in trainer's ``momentum``) is always drawn and dropped where its
+``when:`` does not hold. The budget is counted as the suite counts it: every step any trial
+trains, in the order the tuner sees them, refused past the budget. A row is one stretch of
+training: a trial until it pauses (``PAUSED``), is stopped (``PRUNED``), completes, or the budget
+ends (``RUNNING``); a resumed trial's stretch adds the trial's number as a fifth field (a
+continuation, as dvt-hpo's pause cells record theirs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]
+
+import result_files  # noqa: E402
+from families import FAMILIES, family  # noqa: E402
+from split import read_split  # noqa: E402
+
+CELLS = {"syne-asha-promotion": "promotion", "syne-asha": "stopping"}
+FULL_BUDGET = 30  # suite.FULL_BUDGET
+STEP = "epoch"
+ELAPSED = "elapsed_time"
+METRIC = "value"
+RESULTS = HERE / "results"
+
+
+def config_space(space: list[dict[str, Any]]) -> dict[str, Any]:
+    """The family's search space in Syne Tune's terms (integer bounds inclusive)."""
+    from syne_tune.config_space import choice, lograndint, loguniform, randint, uniform
+
+    out: dict[str, Any] = {}
+    for d in space:
+        if "choices" in d:
+            out[d["name"]] = choice(list(d["choices"]))
+        elif d["kind"] == "int":
+            out[d["name"]] = (lograndint if d.get("log") else randint)(
+                int(d["low"]), int(d["high"])
+            )
+        else:
+            out[d["name"]] = (loguniform if d.get("log") else uniform)(
+                float(d["low"]), float(d["high"])
+            )
+    return out
+
+
+def params_of(space: list[dict[str, Any]], config: dict[str, Any]) -> dict[str, Any]:
+    """The trial's params as the study would sample them: a ``when:`` dimension only where it
+    holds."""
+    out = {}
+    for d in space:
+        when = d.get("when")
+        if when and any(config.get(k) != v for k, v in when.items()):
+            continue
+        out[d["name"]] = config[d["name"]]
+    return out
+
+
+def make_blackbox(fam: str, task: str) -> Any:
+    from syne_tune.blackbox_repository.blackbox import Blackbox
+
+    f = family(fam)
+    space = f.search_space()
+
+    class Suite(Blackbox):
+        def __init__(self) -> None:
+            super().__init__(
+                configuration_space=config_space(space),
+                fidelity_space={STEP: None},
+                objectives_names=[METRIC, ELAPSED],
+            )
+
+        @property
+        def fidelity_values(self) -> np.ndarray:
+            return np.arange(1, f.steps + 1)
+
+        def _objective_function(
+            self, configuration: dict[str, Any], fidelity: Any = None, seed: Any = None
+        ) -> Any:
+            curve = np.asarray(f.curve(task, params_of(space, configuration)), dtype=float)
+            table = np.stack([curve, np.arange(1, f.steps + 1, dtype=float)], axis=1)
+            if fidelity is None:
+                return table
+            row = table[int(fidelity[STEP]) - 1]
+            return {METRIC: row[0], ELAPSED: row[1]}
+
+    return Suite()
+
+
+class Stretches:
+    """The steps the tuner reports, cut at the budget, as suite rows (one per stretch)."""
+
+    def __init__(self, budget: int, steps: int) -> None:
+        self.budget, self.steps = budget, steps
+        self.spent = 0
+        self.number: dict[str, int] = {}  # trial id -> number, in the order they first report
+        self.reached: dict[str, int] = {}  # the last step counted
+        self.open: dict[str, list[Any]] = {}  # the stretch in progress
+        self.paused: set[str] = set()
+        self.rows: list[list[Any]] = []
+
+    @property
+    def exhausted(self) -> bool:
+        return self.spent >= self.budget
+
+    def result(self, trial: str, step: int, value: float, decision: str) -> None:
+        if self.exhausted or step != self.reached.get(trial, 0) + 1:
+            return  # past the budget, or a report repeated
+        self.number.setdefault(trial, len(self.number))
+        if trial not in self.open:
+            n = self.number[trial]
+            self.open[trial] = [n, "RUNNING", 0, None] + ([n] if trial in self.paused else [])
+        row = self.open[trial]
+        row[2] += 1
+        self.spent += 1
+        self.reached[trial] = step
+        if step >= self.steps:
+            row[1], row[3] = "COMPLETE", float(value)
+        elif decision == "PAUSE":
+            row[1] = "PAUSED"
+            self.paused.add(trial)
+        elif decision == "STOP":
+            row[1] = "PRUNED"
+        else:
+            return
+        self.rows.append(self.open.pop(trial))
+
+    def all_rows(self) -> list[list[Any]]:
+        """The stretches that ended, in order, then those the budget cut."""
+        return [*self.rows, *self.open.values()]
+
+
+def run_study(cell: str, fam: str, task: str, seed: int, budget_x: int) -> dict[str, Any]:
+    from syne_tune import Tuner
+    from syne_tune.backend.simulator_backend.simulator_callback import SimulatorCallback
+    from syne_tune.blackbox_repository.simulated_tabular_backend import UserBlackboxBackend
+    from syne_tune.optimizer.baselines import ASHA
+    from syne_tune.tuner_callback import TunerCallback
+
+    f = family(fam)
+    log = Stretches(budget_x * f.steps, f.steps)
+
+    class Count(TunerCallback):
+        def on_trial_result(self, trial: Any, status: str, result: Any, decision: str) -> None:
+            log.result(str(trial.trial_id), int(result[STEP]), float(result[METRIC]), decision)
+
+    folder = tempfile.mkdtemp(prefix="dvt-peer-syne-")
+    os.environ["SYNETUNE_FOLDER"] = folder
+    blackbox = make_blackbox(fam, task)
+    start = time.perf_counter()
+    try:
+        scheduler = ASHA(
+            blackbox.configuration_space,
+            metric=METRIC,
+            mode="max",
+            resource_attr=STEP,
+            max_t=f.steps,
+            type=CELLS[cell],
+            random_seed=seed,
+        )
+        tuner = Tuner(
+            trial_backend=UserBlackboxBackend(blackbox=blackbox, elapsed_time_attr=ELAPSED),
+            scheduler=scheduler,
+            stop_criterion=lambda status: log.exhausted,
+            n_workers=1,
+            sleep_time=0,
+            results_update_interval=1e9,
+            print_update_interval=1e9,
+            callbacks=[SimulatorCallback(), Count()],
+            save_tuner=False,
+            tuner_name=f"{cell}-{fam}-{task}-{seed}".replace("_", "-"),
+        )
+        tuner.run()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    wall = time.perf_counter() - start
+    if not log.exhausted:
+        raise RuntimeError(f"{cell} {fam} {task} seed {seed}: Syne Tune stopped before the budget")
+    trials = log.all_rows()
+    return {
+        "engine": "syne-tune",
+        "wall_s": round(wall, 2),
+        "trials": trials,
+        "epochs": sum(t[2] for t in trials),
+        "continuations": sum(1 for t in trials if len(t) > 4),
+        "sampler": {"kind": "syne-tune: random"},
+        "pruner": {"kind": f"syne-tune: HyperbandScheduler ({CELLS[cell]})"},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--grid", help="results file name (results/<grid>.jsonl.gz)")
+    p.add_argument("--results", type=Path, help="the results file instead")
+    p.add_argument("--families", default=",".join(FAMILIES))
+    p.add_argument("--half", choices=("selection", "report"), default="report")
+    p.add_argument("--tasks", type=int, help="the first N tasks of each half (split.json order)")
+    p.add_argument("--cells", default="syne-asha-promotion", help=f"comma-separated: {list(CELLS)}")
+    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--budget", type=int, default=FULL_BUDGET, help="full trainings' worth")
+    args = p.parse_args(argv)
+    if not args.grid and not args.results:
+        p.error("--grid NAME or --results FILE")
+    cells = args.cells.split(",")
+    for cell in cells:
+        if cell not in CELLS:
+            p.error(f"unknown cell {cell!r}; known: {', '.join(CELLS)}")
+    import syne_tune
+
+    logging.getLogger("syne_tune").setLevel(logging.WARNING)
+    path = args.results or RESULTS / f"{args.grid}.jsonl.gz"
+    done = set()
+    if path.is_file():
+        with gzip.open(path, "rt") as fh:
+            for line in fh:
+                r = json.loads(line)
+                done.add((r["family"], r["task"], r["cell"], r["seed"]))
+    split = read_split()
+    todo = [
+        (fam, task, cell, seed)
+        for seed in range(args.seeds)
+        for fam in args.families.split(",")
+        for task in split[fam][args.half][: args.tasks]
+        for cell in cells
+        if (fam, task, cell, seed) not in done
+    ]
+    print(f"Syne Tune {syne_tune.__version__}: {len(todo)} studies, results in {path}")
+    sha, start = result_files.commit(), time.perf_counter()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    failed = []
+    for i, (fam, task, cell, seed) in enumerate(todo, 1):
+        try:
+            result = run_study(cell, fam, task, seed, args.budget)
+        except AssertionError as exc:
+            # Syne Tune 0.13's promotion rungs assert now and then in the simulator ("resource
+            # = 5 > 3 milestone"): the study is left out (suite_report then compares the other
+            # cells without its task and seed) and said.
+            failed.append((fam, task, cell, seed))
+            print(f"  failed: {fam} {task} {cell} seed {seed}: Syne Tune asserted: {exc}")
+            continue
+        f = family(fam)
+        row = {"family": fam, "task": task, "half": args.half, "cell": cell, "seed": seed}
+        row |= {"budget": args.budget * f.steps, "fidelity": f.fidelity, "commit": sha, **result}
+        with gzip.open(path, "at") as fh:  # one gzip member per study
+            fh.write(json.dumps(row) + "\n")
+        if i % 10 == 0 or i == len(todo):
+            print(
+                f"  {i}/{len(todo)}, {time.perf_counter() - start:.0f} s; {fam} {task} {cell} "
+                f"seed {seed}: {len(result['trials'])} rows in {result['wall_s']:.1f} s",
+                flush=True,
+            )
+    if failed:
+        print(f"{len(failed)} of {len(todo)} studies failed in Syne Tune (left out): {failed}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

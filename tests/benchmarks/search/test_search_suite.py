@@ -1,0 +1,161 @@
+"""benchmarks/search/: the suite's families, its split, its results file and report, and one
+conditional study through dvt-hpo run against its replay."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path[:0] = [str(ROOT / "benchmarks" / "search"), str(ROOT / "benchmarks")]
+
+import split as split_mod  # noqa: E402
+import suite  # noqa: E402
+import suite_report  # noqa: E402
+from builtin_digits import SGD, BuiltinDigits, read_table  # noqa: E402
+from families import FAMILIES, family  # noqa: E402
+
+
+def _family(name: str):  # type: ignore[no-untyped-def]
+    try:
+        f = family(name)
+        f.tasks  # noqa: B018 (loads the data)
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    return f
+
+
+def test_the_committed_split_is_the_seeded_one_and_halves_are_disjoint() -> None:
+    committed = split_mod.read_split()
+    assert set(committed) == set(FAMILIES)
+    tasks = {name: _family(name).tasks for name in FAMILIES}
+    assert committed == split_mod.make_split(tasks)
+    for name, halves in committed.items():
+        sel, rep = set(halves["selection"]), set(halves["report"])
+        assert not sel & rep
+        assert sel | rep == set(tasks[name])
+        assert len(sel) >= 2 and len(rep) >= 2
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_a_family_answers_a_finite_curve_of_its_steps(name: str) -> None:
+    f = _family(name)
+    task = f.tasks[0]
+    curve = f.curve(task, f.trainer_defaults())
+    assert curve.shape == (f.steps,)
+    assert np.isfinite(curve).all()
+    top, median = f.reference(task)
+    assert top >= median
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_a_family_study_file_loads_with_dvt_hpos_loader(name: str, tmp_path: Path) -> None:
+    f = _family(name)
+    doc = suite.study_document(name, f.tasks[0], "default", 0, 10 * f.steps, tmp_path)
+    got = suite.resolved(doc)
+    assert got["sampler"]["kind"] and got["pruner"]["kind"]
+    assert got["sampler"]["seed"] == 0
+
+
+def test_trainsize_surrogates_learn_with_more_data() -> None:
+    f = _family("rbv2_rpart")
+    params = {"cp": 0.001, "maxdepth": 20, "minbucket": 5, "minsplit": 10}
+    params["num_impute_selected_cpo"] = "impute.mean"
+    curve = f.curve(f.tasks[0], params)
+    assert curve[-1] > curve[0]
+    # A tree pruned to its root (cp = 1) is worse than a grown one.
+    assert f.curve(f.tasks[0], {**params, "cp": 1.0})[-1] < curve[-1]
+
+
+def test_the_built_in_trainer_table_answers_a_recorded_config_with_its_curve() -> None:
+    f = BuiltinDigits()
+    table = read_table()
+    task = next((t for t, rows in table.items() if rows), None)
+    if task is None:
+        pytest.skip("no recorded curve: run benchmarks/search/record_digits.py")
+    for params, curve in table[task][:5]:
+        assert f.curve(task, params).tolist() == curve
+
+
+def test_momentum_counts_only_under_sgd() -> None:
+    f = BuiltinDigits()
+    table = read_table()
+    rows = [(t, p) for t, rs in table.items() for p, _ in rs if p["optimizer"] != SGD]
+    if not rows:
+        pytest.skip("no recorded AdamW curve")
+    task, params = rows[0]
+    a = f.curve(task, {**params, "momentum": 0.0})
+    b = f.curve(task, {**params, "momentum": 0.95})
+    assert a.tolist() == b.tolist()
+
+
+def test_the_search_space_of_the_built_in_trainer_is_conditional() -> None:
+    space = BuiltinDigits().search_space()
+    assert any("when" in d for d in space)
+
+
+def _row(cell: str, trials: list[list], task: str = "t", seed: int = 0) -> dict:
+    return {
+        "family": "iaml_glmnet",
+        "task": task,
+        "half": "report",
+        "cell": cell,
+        "seed": seed,
+        "budget": 100,
+        "fidelity": "x",
+        "trials": trials,
+    }
+
+
+def test_the_report_reads_regret_from_completed_trials_only() -> None:
+    curve = suite_report.incumbent_curve(
+        [[0, "COMPLETE", 10, 0.5], [1, "PRUNED", 2, None], [2, "COMPLETE", 10, 0.9]]
+    )
+    assert suite_report.best_within(curve, 11) == 0.5
+    assert suite_report.best_within(curve, 22) == 0.9
+    assert suite_report.regret(None, (1.0, 0.5)) == math.inf
+    assert suite_report.regret(0.75, (1.0, 0.5)) == pytest.approx(0.5)
+
+
+def test_goals_compare_the_default_with_both_baselines() -> None:
+    base = {"r0.25": 0.5, "r0.5": 0.3, "r1.0": 0.1, "share": 1.0}
+    cells = {"tpe+none": base, "tpe+median": dict(base)}
+    assert (
+        suite_report.goals("rbv2_rpart", {**cells, "default": {**base, "share": 0.4, "r0.5": 0.2}})
+        == []
+    )
+    missed = suite_report.goals(
+        "lcbench", {**cells, "default": {**base, "share": 0.4, "r0.5": 0.2}}
+    )
+    assert missed and "35%" in missed[0]
+    missed = suite_report.goals(
+        "rbv2_rpart", {**cells, "default": {**base, "share": 0.4, "r1.0": 0.2}}
+    )
+    assert any("@100%" in m for m in missed) and any("@50%" in m for m in missed)
+
+
+def test_results_resume_and_a_cut_line_is_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "grid.jsonl.gz"
+    with gzip.open(path, "at") as fh:
+        fh.write(json.dumps(_row("tpe+none", [[0, "COMPLETE", 10, 0.5]])) + "\n")
+    with gzip.open(path, "at") as fh:
+        fh.write('{"family": "cut')
+    rows = list(suite.read_results(path))
+    assert [r["cell"] for r in rows] == ["tpe+none"]
+
+
+@pytest.mark.processes
+def test_a_conditional_study_through_dvt_hpo_run_is_its_replay() -> None:
+    f = _family("builtin_digits")
+    task = next((t for t, rows in read_table().items() if len(rows) >= 5), None)
+    if task is None:
+        pytest.skip("no recorded curve: run benchmarks/search/record_digits.py")
+    run = suite.checked("builtin_digits", task, "tpe+median", 0, 4 * f.steps)
+    assert run["engine"] == "dvt"
+    assert len(run["trials"]) >= 4
