@@ -1,11 +1,13 @@
 """The ``dvt-hpo`` command line.
 
-Exit codes: 0 done, 1 runtime failure, 2 bad input, 130 interrupted.
+Exit codes: 0 done, 1 runtime failure, 2 bad input, 130 interrupted, 141 its output's reader
+closed the pipe (``| head``), as a tool killed by SIGPIPE.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import sys
@@ -16,12 +18,13 @@ from typing import TYPE_CHECKING
 from dvt_hpo.exceptions import DvtHpoError, SpecError
 
 if TYPE_CHECKING:
-    from dvt_hpo.studyfile import StudySpec
+    from dvt_hpo.spec.model import StudySpec
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
 
 
 def _add_overrides(parser: argparse.ArgumentParser) -> None:
@@ -214,6 +217,7 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     from dvt_hpo.cluster.submit import submit_study, submitted_lines
     from dvt_hpo.run.preflight import load_runnable
     from dvt_hpo.store.compat import check_stored_study
+    from dvt_hpo.study.seeding import warm_start_unless_seeded
     from dvt_hpo.studyfile import load_spec
 
     spec = load_spec(args.study, args.overrides)
@@ -223,6 +227,7 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     if not gpus:
         load_runnable(args.study, [*args.overrides, "trials.devices=cpu"])
     check_stored_study(spec, allow_space_change=args.allow_space_change)
+    warm_start_unless_seeded(spec)  # its refusals here, not in every worker's log
     submitted = submit_study(
         spec, args.overrides, workers=args.workers, allow_space_change=args.allow_space_change
     )
@@ -262,10 +267,12 @@ def _as_the_user_wrote_it(spec: StudySpec) -> StudySpec:
 def _cmd_validate(args: argparse.Namespace) -> int:
     from dvt_hpo.run.preflight import find_entrypoint, load_runnable
     from dvt_hpo.study.messages import spec_algorithms_text
+    from dvt_hpo.study.seeding import seeds_text, warm_start_unless_seeded
     from dvt_hpo.studyfile.objective import describe_objective
 
     spec = load_runnable(args.study, args.overrides)
     stored = _stored_comparison(spec, args.allow_space_change)
+    seeds = warm_start_unless_seeded(spec)  # its refusals are run's
     dims = ", ".join(d.name for d in spec.search_space)
     n = spec.study.n_trials
     budget = f"{n} trial{'s' if n != 1 else ''}" if n is not None else "no trial limit"
@@ -282,6 +289,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         f"{spec_algorithms_text(spec)}; "
         f"{trainer}; {stored}" + _packing(spec)
     )
+    if seeds is not None:
+        print(seeds_text(spec, seeds))
     if note is not None:
         print(f"note: {note}")
     return EXIT_OK
@@ -324,6 +333,7 @@ def _cmd_best(args: argparse.Namespace) -> int:
     import yaml
 
     from dvt_hpo.atomic import write_text_atomic
+    from dvt_hpo.spec.model import BUILTIN_ENTRYPOINT
     from dvt_hpo.store.opening import StudyAt
     from dvt_hpo.studyfile import load_spec
     from dvt_hpo.views.best import best_config, show_best
@@ -346,6 +356,13 @@ def _cmd_best(args: argparse.Namespace) -> int:
 
             # A command trainer has no config to train: its export is the trial's command.
             config = command_export(spec, best, config, args.export)
+        elif spec.trainer.entrypoint != BUILTIN_ENTRYPOINT:
+            from dvt_hpo.train.export import entrypoint_export
+
+            # Another trainer's config means nothing without its entry point: name it.
+            config = entrypoint_export(
+                spec.study.name, best.number, spec.trainer.entrypoint, spec.path.parent, config
+            )
         try:
             write_text_atomic(args.export, yaml.safe_dump(config, sort_keys=False))
         except OSError as exc:
@@ -381,7 +398,17 @@ def _check_export_path(path: Path) -> None:
 def _cmd_train(args: argparse.Namespace) -> int:
     from dvt_hpo.command.export import read_command_export, run_command_export
     from dvt_hpo.train import train_file
+    from dvt_hpo.train.export import read_entrypoint_export, run_export
 
+    trained = read_entrypoint_export(args.config)
+    if trained is not None:  # another entry point's `best --export`
+        if args.overrides:
+            raise SpecError(
+                "an entry-point export takes no --set: edit its config in the file",
+                file=f"--set {args.overrides[0]}",
+            )
+        run_export(trained)
+        return EXIT_OK
     export = read_command_export(args.config)
     if export is not None:  # a command trainer's `best --export`
         if args.overrides:
@@ -447,6 +474,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: rerun the same command to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # `dvt-hpo status --json | head`: the reader has what it wanted. End quietly as a tool
+        # killed by SIGPIPE would, with nothing left to flush into the closed pipe at exit.
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except DvtHpoError as exc:
         print(f"error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_FAILURE

@@ -4,6 +4,7 @@ databases, study-file writers, and orchestrator subprocesses (tests/orchestrator
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import signal
 import socket
@@ -161,7 +162,25 @@ def toy_study(name: str, **sections: Any) -> dict[str, Any]:
         "trainer": {"entrypoint": TOY_ENTRYPOINT, "config": {"curve": [0.1, 0.2, 0.3]}},
         "search_space": [{"name": "x", "path": "x", "kind": "float", "low": 0.0, "high": 1.0}],
     }
-    return merge_sections(doc, sections)
+    return toy_keys(merge_sections(doc, sections), any_entrypoint=True)
+
+
+def toy_keys(doc: dict[str, Any], *, any_entrypoint: bool = False) -> dict[str, Any]:
+    """``doc`` with ``new_key: true`` on each top-level dimension whose key the config of a
+    test entry point (``tests.entrypoints``; any, for a :func:`toy_study`) lacks: those toys
+    read none of them or read them with a default, so the key is new on purpose (a study file
+    says so)."""
+    trainer = doc.get("trainer")
+    config = trainer.get("config") if isinstance(trainer, dict) else None
+    entrypoint = str(trainer.get("entrypoint", "")) if isinstance(trainer, dict) else ""
+    toy = any_entrypoint or entrypoint.startswith("tests.entrypoints.")
+    if not toy or not isinstance(config, dict):
+        return doc
+    for dim in doc.get("search_space") or ():
+        path = dim.get("path", "") if isinstance(dim, dict) else ""
+        if "." not in path and "[" not in path and path not in config:
+            dim.setdefault("new_key", True)
+    return doc
 
 
 def merge_sections(doc: dict[str, Any], sections: dict[str, Any]) -> dict[str, Any]:
@@ -193,7 +212,9 @@ def write_study(tmp_path: Path) -> Callable[..., Path]:
 
     def write(doc: dict[str, Any] | str, filename: str = "study.yaml") -> Path:
         path = tmp_path / filename
-        path.write_text(doc if isinstance(doc, str) else yaml.safe_dump(doc, sort_keys=False))
+        if not isinstance(doc, str):
+            doc = yaml.safe_dump(toy_keys(copy.deepcopy(doc)), sort_keys=False)
+        path.write_text(doc)
         return path
 
     return write

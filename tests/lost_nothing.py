@@ -1,6 +1,6 @@
 """What "a killed worker lost nothing" means for a finished study, read from its trials alone.
 
-Shared by the kill tests (tests/recovery/test_kill_points.py) and the soak (benchmarks/kill_soak.py).
+Shared by the kill tests (tests/recovery/test_kill_points.py) and the soak (benchmarks/reliability/kill_soak.py).
 It restates the budget rule from Optuna's own retry attrs rather than calling
 :mod:`dvt_hpo.recovery.retries`, so that a bug there cannot hide itself here.
 """

@@ -238,6 +238,20 @@ def test_relative_and_package_imports_resolve_to_modules(tmp_path: Path) -> None
     }
 
 
+# The loop's package, split by concept, keeps room to grow under the cap (freeze and thaw of
+# trials land in a trial's run).
+STUDY_MAX_LINES = 450
+
+
+def test_no_module_of_the_loop_is_longer_than_its_own_cap() -> None:
+    long = {
+        p.name: n
+        for p in (PACKAGE / "study").glob("*.py")
+        if (n := len(p.read_text().splitlines())) > STUDY_MAX_LINES
+    }
+    assert long == {}
+
+
 def test_no_module_is_longer_than_a_reader_holds() -> None:
     long = {
         str(p.relative_to(PACKAGE)): n
@@ -294,3 +308,119 @@ def test_every_module_has_its_mirror_test() -> None:
 def test_the_modules_without_a_mirror_still_exist() -> None:
     gone = {m for m in NO_MIRROR if not (PACKAGE / m).exists()}
     assert gone == set(), f"{sorted(gone)} are no modules any more: take them off NO_MIRROR"
+
+
+# -- data flows down: a layer below the loop answers, the loop applies ---------------------------
+
+# The packages at or above the loop (docs/architecture.md): the only ones that hold the runner
+# or a trial's run.
+AT_OR_ABOVE_THE_LOOP = ("study", "cluster", "tracking", "views", "run")
+# A lower layer that drove the loop's objects would take them by these names.
+LOOP_OBJECT_NAMES = {"run", "runner"}
+# Where a rule must return a decision rather than set it on someone else's object.
+DECIDING = ("budget", "recovery")
+
+
+def _drives_the_loop(source: str) -> list[str]:
+    """A parameter named ``run`` or ``runner`` typed ``Any`` (or not typed): the runner or a
+    trial's run handed down to be driven."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            args = node.args
+            for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
+                if arg.arg not in LOOP_OBJECT_NAMES:
+                    continue
+                annotation = ast.unparse(arg.annotation) if arg.annotation else None
+                if annotation in (None, "Any", "typing.Any"):
+                    found.append(f"{node.lineno}: {arg.arg}: {annotation}")
+    return found
+
+
+def _sets_other_objects(source: str) -> list[str]:
+    """An assignment to an attribute of anything but ``self``/``cls`` (``x.a = ...``,
+    ``x.a[k] = ...``, ``x.a += ...``): a rule setting its answer on the caller's object."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        else:
+            continue
+        for target in targets:
+            for part in ast.walk(target) if isinstance(target, ast.Tuple) else [target]:
+                while isinstance(part, (ast.Subscript, ast.Starred)):
+                    part = part.value
+                if not isinstance(part, ast.Attribute):
+                    continue
+                own = isinstance(part.value, ast.Name) and part.value.id in ("self", "cls")
+                if not own:
+                    found.append(f"{node.lineno}: {ast.unparse(target)}")
+    return found
+
+
+def _below_the_loop() -> list[Path]:
+    return [
+        p
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if p.parent != PACKAGE and p.relative_to(PACKAGE).parts[0] not in AT_OR_ABOVE_THE_LOOP
+    ]
+
+
+def test_no_layer_below_the_loop_takes_the_runner_or_a_run_to_drive() -> None:
+    found = {
+        str(p.relative_to(PACKAGE)): hits
+        for p in _below_the_loop()
+        if (hits := _drives_the_loop(p.read_text()))
+    }
+    assert found == {}, "return a decision the loop applies (docs/architecture.md)"
+
+
+def test_budget_and_recovery_set_no_other_objects_attributes() -> None:
+    found = {
+        str(p.relative_to(PACKAGE)): hits
+        for package in DECIDING
+        for p in sorted((PACKAGE / package).rglob("*.py"))
+        if (hits := _sets_other_objects(p.read_text()))
+    }
+    assert found == {}, "return a decision the loop applies (docs/architecture.md)"
+
+
+def test_the_decision_checks_find_what_they_look_for() -> None:
+    source = (
+        "def watch(runner: Any, run, ok: int, *, other: Any) -> None:\n"
+        "    runner.launch_gate = None\n"
+        "    run.history[0] = 1\n"
+        "    self.mine = 2\n"
+        "    self._told[run.number] = 3\n"
+        "    plan.spliced += 1\n"
+        "def fine(run: Protocolled) -> None:\n"
+        "    local = {}\n"
+        "    local[1] = 2\n"
+    )
+    assert _drives_the_loop(source) == ["1: runner: Any", "1: run: None"]
+    assert _sets_other_objects(source) == [
+        "2: runner.launch_gate",
+        "3: run.history[0]",
+        "6: plan.spliced",
+    ]
+    below = {p.relative_to(PACKAGE).parts[0] for p in _below_the_loop()}
+    assert {"budget", "recovery", "results", "store"} <= below
+    assert not below & set(AT_OR_ABOVE_THE_LOOP)
+
+
+def test_study_spec_has_one_import_home() -> None:
+    """Inside the package ``StudySpec`` comes from ``dvt_hpo.spec.model``; ``dvt_hpo.studyfile``
+    re-exports it for users only."""
+    found = []
+    for p in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module != "dvt_hpo.spec.model"
+                and any(a.name == "StudySpec" for a in node.names)
+                and p != PACKAGE / "studyfile" / "__init__.py"
+            ):
+                found.append(f"{p.relative_to(PACKAGE)}:{node.lineno}")
+    assert found == []

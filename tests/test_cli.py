@@ -440,7 +440,9 @@ def test_space_change_is_refused_unless_allowed(
 
     changed = curve_study("space", study={"n_trials": 2})
     changed["search_space"][0]["high"] = 2.0
-    changed["search_space"].append({"name": "y", "path": "y", "kind": "int", "low": 1, "high": 3})
+    changed["search_space"].append(
+        {"name": "y", "path": "y", "kind": "int", "low": 1, "high": 3, "new_key": True}
+    )
     write_study(changed)
 
     refused = cli("run", path)
@@ -744,7 +746,7 @@ def test_train_reads_yaml_numbers_as_the_study_file_does(
 
 def _rule_study(folder: Path, module: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    doc = toy_study("rule", trainer={"entrypoint": f"{module}:run", "config": {}})
+    doc = toy_study("rule", trainer={"entrypoint": f"{module}:run", "config": {"x": 0.5}})
     path = folder / "study.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
@@ -912,7 +914,7 @@ def test_validate_reads_the_entry_point_function_without_running_it(
     code: int,
     says: str,
 ) -> None:
-    doc = toy_study("entry", trainer={"entrypoint": entry, "config": {}})
+    doc = toy_study("entry", trainer={"entrypoint": entry, "config": {"x": 0.5}})
     write_study(doc)
     (tmp_path / "mytrainer.py").write_text(
         'raise SystemExit("imported")\n\ndef run(config, ctx):\n    return {}\n'
@@ -984,7 +986,7 @@ def test_best_export_writes_one_file_atomically(
     good = cli("best", "study.yaml", "--export", "adir/best.yaml", cwd=tmp_path)
 
     assert good.code == EXIT_OK, good.err
-    assert yaml.safe_load((tmp_path / "adir" / "best.yaml").read_text())["curve"]
+    assert yaml.safe_load((tmp_path / "adir" / "best.yaml").read_text())["config"]["curve"]
     assert sorted(p.name for p in (tmp_path / "adir").iterdir()) == ["best.yaml"]
 
 
@@ -1048,7 +1050,10 @@ def test_best_exports_the_config_the_trial_ran_with(
     # Exported from another folder, without the --set: the trial ran with epochs 3.
     exported = cli("best", path, "--export", "best.yaml", cwd=elsewhere)
     assert exported.code == EXIT_OK, exported.err
-    config = yaml.safe_load((elsewhere / "best.yaml").read_text())
+    export = yaml.safe_load((elsewhere / "best.yaml").read_text())
+    # Not the built-in trainer: the export names its entry point and folder beside the config.
+    assert export["entrypoint"] == "tests.entrypoints.toy:run" and export["cwd"] == str(tmp_path)
+    config = export["config"]
     (trial,) = stored_trials(path)
     assert config["epochs"] == 3
     assert config["curve"] == [trial.params["x"]]

@@ -41,7 +41,12 @@ BASE: dict[str, Any] = {
     "study": {"name": "shown"},
     "trainer": {
         "entrypoint": "mytrainer:run",
-        "config": {"epochs": 4, "data": {"batch_size": 32}, "precision": {"accumulate_steps": 1}},
+        "config": {
+            "epochs": 4,
+            "x": 0.5,
+            "data": {"batch_size": 32},
+            "precision": {"accumulate_steps": 1},
+        },
     },
     "search_space": [{"name": "x", "path": "x", "kind": "float", "low": 0.0, "high": 1.0}],
 }
@@ -155,6 +160,19 @@ def served(site: Path) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_committed_generated_references_are_current() -> None:
+    """study-yaml.md and cli.md are committed (the README links them in a checkout): each is
+    what the code generates now; `python docs/hooks.py` rewrites them."""
+    import importlib.util
+
+    found = importlib.util.spec_from_file_location("docs_hooks", DOCS / "hooks.py")
+    assert found is not None and found.loader is not None
+    hooks = importlib.util.module_from_spec(found)
+    found.loader.exec_module(hooks)
+    assert set(hooks.generated()) == {"reference/study-yaml.md", "reference/cli.md"}
+    assert hooks.stale() == [], "run: python docs/hooks.py"
 
 
 @pytest.mark.processes

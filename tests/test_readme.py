@@ -32,3 +32,19 @@ def test_readme_says_how_to_get_the_cpu_build_of_torch_and_the_venv_size() -> No
         "--index-url https://download.pytorch.org/whl/cpu" in setup
     )
     assert re.search(r"virtualenv is then about [0-9.]+ GB", setup), setup
+
+
+def test_the_cpu_build_comes_before_the_commands_it_applies_to() -> None:
+    """A reader runs the first command they see: the CPU-build advice must precede it."""
+    readme = (ROOT / "README.md").read_text()
+    setup = readme.split("## Set up and run", 1)[1].split("\n## ", 1)[0]
+    assert setup.index("download.pytorch.org/whl/cpu") < setup.index("```bash")
+
+
+def test_the_quickstart_install_has_what_the_first_screen_runs_next() -> None:
+    """After the one quickstart command, `dvt-hpo dashboard` and `dvt-hpo report` work: the
+    install has their extras (optuna-dashboard, plotly)."""
+    readme = (ROOT / "README.md").read_text()
+    setup = readme.split("## Set up and run", 1)[1].split("\n## ", 1)[0]
+    quickstart = _bash_blocks(setup)[0]
+    assert "-e '.[dashboard,report]'" in quickstart, quickstart

@@ -12,12 +12,12 @@ every worker and every resume shares one figure.
 
 Every attempt's compute counts, a failed or interrupted one too (it was spent); trials copied
 from an earlier study (``warm_start.copy_results``) and trials closed as over ``n_trials`` at
-once do not. A worker starts no trial once any limit is spent (:func:`watch` chains the budget
-into the run's launch gate); ``strict`` also stops the trials then running
-(:class:`BudgetWatch`). Two workers may both see the budget unspent and launch at the same
+once do not. A worker starts no trial once any limit is spent; ``strict`` also stops the trials then running
+(:meth:`BudgetWatch.decide` answers, the loop applies). Two workers may both see the budget unspent and launch at the same
 instant, so at most one trial per slot of each worker runs past it.
 
-Finished trials never change, so each is read once; only unfinished ones are read again.
+Finished trials never change, so each is read once; only unfinished ones are read again
+(:class:`~dvt_hpo.store.trial_reader.TrialReader`, shared with the ledger of ``n_trials``).
 """
 
 from __future__ import annotations
@@ -25,14 +25,14 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.budget.trials import OVER_BUDGET_ATTR, PRIOR_ATTR
 from dvt_hpo.optuna_api.private import trial_id_of
+from dvt_hpo.store.trial_reader import TrialReader
 
 if TYPE_CHECKING:
     from dvt_hpo.devices.slots import Slot
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "STARTED_ATTR",
     "UNITS_ATTR",
+    "BudgetDecision",
     "BudgetWatch",
     "ComputeLedger",
     "Spent",
@@ -50,6 +51,7 @@ __all__ = [
     "mark_started",
     "slot_units",
     "status_line",
+    "status_numbers",
     "watch",
 ]
 
@@ -157,6 +159,10 @@ def cost_of(trial: Any, now: datetime.datetime | None = None) -> _Cost:
         return _Cost(0.0, 0.0, 0)
     reported = trial.user_attrs.get("epochs_reported")
     epochs = max(len(trial.intermediate_values), reported if isinstance(reported, int) else 0)
+    # A resumed copy stores its chain's earlier reports too: those epochs were counted once,
+    # on the attempt that trained them.
+    resumed = trial.user_attrs.get("resumed_epochs")
+    epochs -= min(epochs, resumed) if isinstance(resumed, int) else 0
     start = trial.datetime_start
     if start is None:  # WAITING
         return _Cost(0.0, 0.0, epochs)
@@ -167,49 +173,31 @@ def cost_of(trial: Any, now: datetime.datetime | None = None) -> _Cost:
 
 
 class ComputeLedger:
-    """The study's compute spent, read incrementally (trial numbers are dense: new trials are
-    found by asking for the next number until the storage has none)."""
+    """The study's compute spent, read incrementally
+    (:class:`~dvt_hpo.store.trial_reader.TrialReader`): a finished trial's cost is summed once."""
 
     def __init__(self, storage: Any, study_id: int) -> None:
-        self._storage = storage
-        self._study_id = study_id
         self._done = _Cost(0.0, 0.0, 0)  # finished trials, summed
-        self._ids: dict[int, int] = {}  # number -> trial id, every trial read
-        self._unfinished: set[int] = set()
-
-    def _add(self, number: int, trial: Any) -> None:
-        self._ids[number] = trial_id_of(trial)
-        if trial.state.name in _FINISHED:
-            self._unfinished.discard(number)
-            c = cost_of(trial)
-            d = self._done
-            self._done = _Cost(d.gpu_s + c.gpu_s, d.cpu_s + c.cpu_s, d.epochs + c.epochs)
-        else:
-            self._unfinished.add(number)
+        self._reader: TrialReader[Any] = TrialReader(
+            storage,
+            study_id,
+            first=lambda: (
+                (t.number, trial_id_of(t), t)
+                for t in storage.get_all_trials(study_id, deepcopy=False)
+            ),
+            one=lambda number, trial_id: storage.get_trial(trial_id),
+            finished=lambda trial: trial.state.name in _FINISHED,
+        )
 
     def spent(self, started_at: float, now: float | None = None) -> Spent:
         now = time.time() if now is None else now
-        storage = self._storage
-        if not self._ids:
-            for trial in storage.get_all_trials(self._study_id, deepcopy=False):
-                self._add(trial.number, trial)
         live: list[Any] = []
-        for number in sorted(self._unfinished):
-            trial = storage.get_trial(self._ids[number])
-            self._add(number, trial)
-            if number in self._unfinished:
+        for _number, trial in self._reader.read():
+            if trial.state.name in _FINISHED:
+                c, d = cost_of(trial), self._done
+                self._done = _Cost(d.gpu_s + c.gpu_s, d.cpu_s + c.cpu_s, d.epochs + c.epochs)
+            else:
                 live.append(trial)
-        number = len(self._ids)
-        while True:
-            try:
-                trial_id = storage.get_trial_id_from_study_id_trial_number(self._study_id, number)
-            except KeyError:
-                break
-            trial = storage.get_trial(trial_id)
-            self._add(number, trial)
-            if number in self._unfinished:
-                live.append(trial)
-            number += 1
         at = datetime.datetime.fromtimestamp(now)
         gpu_s, cpu_s, epochs = self._done.gpu_s, self._done.cpu_s, self._done.epochs
         for trial in live:
@@ -220,7 +208,7 @@ class ComputeLedger:
 
 class BudgetWatch:
     """A run's view of ``study.budget``: what is spent, whether a limit is reached, and the
-    launch gate and strict stops that follow (:func:`watch`)."""
+    launch gate and strict stops that follow (:meth:`decide`)."""
 
     def __init__(
         self,
@@ -238,7 +226,6 @@ class BudgetWatch:
         self._ledger = ComputeLedger(storage, study_id)
         self._study_lock = study_lock
         self._db = db
-        self._stopper: threading.Thread | None = None
 
     @property
     def strict(self) -> bool:
@@ -270,67 +257,47 @@ class BudgetWatch:
                 "recording",
             )
 
-    def attach(self, runner: Any) -> None:
-        """Chain the budget into ``runner.launch_gate``: no trial starts once it is spent (the
-        loop says why once and waits for its running trials). With ``strict``, the running
-        trials are stopped too: by the gate, by each report (:class:`TrialRun`), and by a
-        thread that looks every heartbeat interval while the loop runs, for trials that
-        report rarely or never."""
-        previous = runner.launch_gate
-
-        def gate(study: Any) -> str | None:
-            refused = previous(study) if previous is not None else None
-            if refused is not None:
-                return refused
-            if self.strict and self._stopper is None:
-                self._stopper = threading.Thread(
-                    target=self._stop_when_spent, args=(runner,), name="budget", daemon=True
-                )
-                self._stopper.start()
-            why = self.exhausted()
-            if why is None:
-                return None
-            running = list(runner.running.values())
-            if not running:
-                return f"{why}: no new trials"
-            if not self.strict:
-                return f"{why}: no new trials; waiting for {len(running)} running trial(s)"
-            for run in running:
-                run.stop_over_budget(why)
-            return f"{why}: no new trials; stopping {len(running)} running trial(s) (strict)"
-
-        runner.launch_gate = gate
-
-    def _stop_when_spent(self, runner: Any) -> None:
-        # The loop sets the runner's heartbeat stop event when it ends: so does this thread.
-        interval_s = float(runner.spec.study.heartbeat_interval_s)
-        while not runner._stop_heartbeat.wait(interval_s):
-            with contextlib.suppress(Exception):  # a lost database: the loop says so
-                why = self.exhausted()
-                if why is not None:
-                    for run in list(runner.running.values()):
-                        run.stop_over_budget(why)
-                    return
+    def decide(self, running: Collection[int]) -> BudgetDecision:
+        """What the loop does now: whether a new trial may start and, with ``strict``, which of
+        the ``running`` trials (their numbers) it stops. No trial starts once the budget is
+        spent (the loop says why once and waits for its running trials); a strict budget stops
+        them too: here, at each report (the trial's run asks :meth:`exhausted`), and every
+        heartbeat interval while the loop runs, for trials that report rarely or never."""
+        why = self.exhausted()
+        if why is None:
+            return BudgetDecision(None)
+        if not running:
+            return BudgetDecision(f"{why}: no new trials", why)
+        if not self.strict:
+            return BudgetDecision(
+                f"{why}: no new trials; waiting for {len(running)} running trial(s)", why
+            )
+        return BudgetDecision(
+            f"{why}: no new trials; stopping {len(running)} running trial(s) (strict)",
+            why,
+            frozenset(running),
+        )
 
 
-def watch(runner: Any) -> BudgetWatch | None:
-    """The :class:`BudgetWatch` of a :class:`~dvt_hpo.study.loop.StudyRunner` whose study is
-    open (None without ``study.budget``), attached to its launch gate."""
-    spec = runner.spec
+@dataclass(frozen=True)
+class BudgetDecision:
+    """The budget's answer to the loop: ``refused`` says why no trial starts (None: one may),
+    ``why`` is the spent limit as a line, ``stop`` the running trials a strict budget stops."""
+
+    refused: str | None
+    why: str | None = None
+    stop: frozenset[int] = frozenset()
+
+
+def watch(
+    spec: StudySpec, storage: Any, study_id: int, *, study_lock: Any, db: Callable[..., Any]
+) -> BudgetWatch | None:
+    """The :class:`BudgetWatch` of an open study (None without ``study.budget``)."""
     if spec.study.budget is None:
         return None
-    stored = runner.storage.get_study_system_attrs(runner.study_id).get(STARTED_ATTR)
+    stored = storage.get_study_system_attrs(study_id).get(STARTED_ATTR)
     started = float(stored) if stored is not None else time.time()
-    budget = BudgetWatch(
-        spec.study.budget,
-        runner.storage,
-        runner.study_id,
-        started,
-        study_lock=runner.study_lock,
-        db=runner.db,
-    )
-    budget.attach(runner)
-    return budget
+    return BudgetWatch(spec.study.budget, storage, study_id, started, study_lock=study_lock, db=db)
 
 
 def status_line(
@@ -345,6 +312,21 @@ def status_line(
     spent = ComputeLedger(storage, study_id).spent(float(started), now)
     line = budget_text(budget, spent)
     return f"{line} (spent: no new trials)" if exhausted(budget, spent) else line
+
+
+def status_numbers(
+    storage: Any, study_id: int, spec: StudySpec, now: float | None = None
+) -> dict[str, Any] | None:
+    """``study.budget`` as numbers, for ``status --json``: ``{"limits": {limit: {"spent": x,
+    "total": y}}, "spent": true when a limit is spent (no new trials)}`` (None without one)."""
+    budget = spec.study.budget
+    if budget is None:
+        return None
+    now = time.time() if now is None else now
+    started = storage.get_study_system_attrs(study_id).get(STARTED_ATTR, now)
+    spent = ComputeLedger(storage, study_id).spent(float(started), now)
+    limits = {k: {"spent": round(spent.of(k), 6), "total": total} for k, total in _limits(budget)}
+    return {"limits": limits, "spent": exhausted(budget, spent) is not None}
 
 
 def check_slots(spec: StudySpec, slots: Sequence[Slot]) -> None:

@@ -8,6 +8,8 @@ Every trial counts except:
   rule both make one) takes its place, so retrying never spends more of the budget;
 - a trial closed as over budget (:data:`OVER_BUDGET_ATTR`): asked for by a worker that lost a
   race for the last trial of the budget and closed at once without running;
+- a PRUNED trial paused with its state kept (``trials.pause``) that a continuation supersedes:
+  the continuation carries its curve on, and a paused trial and its continuations are one trial;
 - a trial copied from an earlier study (:data:`PRIOR_ATTR`, ``study.warm_start.copy_results``):
   prior knowledge for the sampler, run by another study.
 
@@ -26,21 +28,28 @@ from dataclasses import dataclass
 __all__ = [
     "OVER_BUDGET_ATTR",
     "PRIOR_ATTR",
+    "RETRY_ATTR",
     "RETRY_HISTORY_ATTR",
     "Attempt",
     "first_superseding",
     "uncounted",
     "uncounted_attempts",
+    "within_retries",
 ]
 
 OVER_BUDGET_ATTR = "dvt_hpo:over_budget"  # closed at once: asked past the budget by a race
 # Set on a trial copied from an earlier study (its "study#number"): never counted, never run.
 PRIOR_ATTR = "dvt_hpo:prior"
 RETRY_HISTORY_ATTR = "retry_history"  # Optuna's retry callback: the attempts a copy retries
+# Set on an attempt, to its own number, before it is failed for a retry
+# (dvt_hpo.recovery.retries.fail_attempt). The number (not True) because Optuna's retry callback
+# copies system attrs onto the copy: a copy never matches.
+RETRY_ATTR = "dvt_hpo:retry"
 
 NOT_COUNTED_RETRIED = "failed and retried"
 NOT_COUNTED_OVER_BUDGET = "over budget"
 NOT_COUNTED_PRIOR = "copied from an earlier study"
+NOT_COUNTED_PAUSED = "paused and continued"
 
 
 @dataclass(frozen=True)
@@ -52,6 +61,7 @@ class Attempt:
     over_budget: bool = False
     retries: tuple[int, ...] = ()  # its retry_history: the earlier attempts it retries
     prior: bool = False  # copied from an earlier study (PRIOR_ATTR)
+    paused: bool = False  # PRUNED with its state kept for a continuation (trials.pause)
 
 
 def first_superseding(attempts: Iterable[Attempt]) -> dict[int, int]:
@@ -70,9 +80,10 @@ def uncounted(
     *,
     below: int | None = None,
     prior: Iterable[int] = (),
+    paused: Iterable[int] = (),
 ) -> dict[int, str]:
-    """The trials that do not count, with why: ``over_budget`` ones, and ``failed`` ones a copy
-    supersedes, and ``prior`` ones (copied from an earlier study). With ``below`` only trials numbered below it are considered, and a FAIL counts
+    """The trials that do not count, with why: ``over_budget`` ones, ``failed`` and ``paused``
+    ones a copy supersedes, and ``prior`` ones (copied from an earlier study). With ``below`` only trials numbered below it are considered, and a FAIL counts
     as superseded only by a copy numbered below it too (the budget as it stood then)."""
 
     def within(number: int) -> bool:
@@ -80,10 +91,11 @@ def uncounted(
 
     out = {n: NOT_COUNTED_OVER_BUDGET for n in over_budget if within(n)}
     out.update({n: NOT_COUNTED_PRIOR for n in prior if within(n)})
-    for n in failed:
-        copy = superseded_by.get(n)
-        if within(n) and n not in out and copy is not None and within(copy):
-            out[n] = NOT_COUNTED_RETRIED
+    for numbers, why in ((failed, NOT_COUNTED_RETRIED), (paused, NOT_COUNTED_PAUSED)):
+        for n in numbers:
+            copy = superseded_by.get(n)
+            if within(n) and n not in out and copy is not None and within(copy):
+                out[n] = why
     return out
 
 
@@ -95,4 +107,15 @@ def uncounted_attempts(attempts: Iterable[Attempt]) -> dict[int, str]:
         (a.number for a in attempts if a.over_budget),
         first_superseding(attempts),
         prior=(a.number for a in attempts if a.prior),
+        paused=(a.number for a in attempts if a.paused and a.state == "PRUNED"),
     )
+
+
+def within_retries(
+    *, copies: int, machine_copies: int, machine: bool, max_retries: int, pauses: int = 0
+) -> bool:
+    """Whether a marked attempt gets a copy: one that failed of the machine always (its
+    worker decided, within the machine limit); another while its chain made fewer than
+    ``max_retries`` copies for reasons other than the machine and a pause (``pauses``: the
+    continuations of paused attempts in its chain, ``trials.pause``)."""
+    return machine or copies - machine_copies - pauses < max_retries

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from dvt_hpo.cluster import slurm
 
 if TYPE_CHECKING:
-    from dvt_hpo.studyfile import StudySpec
+    from dvt_hpo.spec.model import StudySpec
 
 __all__ = [
     "JOBS_ATTR",

@@ -20,7 +20,7 @@ from dvt_hpo.cluster import slurm
 if TYPE_CHECKING:
     import optuna
 
-    from dvt_hpo.studyfile import StudySpec
+    from dvt_hpo.spec.model import StudySpec
 
 __all__ = ["TimeLimitGate", "gate_for_environment", "trial_fits"]
 

@@ -8,6 +8,9 @@ so the orchestrator's stop and timeout, and the watchdog, reach it), the slot's 
 the folder it runs in and the capped log files: the script's stdout and stderr are copied line
 by line to the trial process's own, which are the trial's logs. A line ends at ``\n``, ``\r\n`` or a
 lone ``\r``: a progress bar redrawn with ``\r`` reaches the log and the pattern at each redraw.
+A parent-death signal is not inherited: the script asks for its own (SIGKILL when the trial
+process dies, :mod:`dvt_hpo.trial.lifeline`) before it starts, since a trial process killed by
+its parent-death signal (the orchestrator killed with SIGKILL) runs no ``finally`` to stop it.
 
 Metrics reach ``ctx.report`` two ways, both going through one lock so each step is reported
 once: :mod:`dvt_hpo.report` in the script (over a Unix socket named by ``$DVT_HPO_REPORT``;
@@ -40,6 +43,7 @@ from dvt_hpo.command.template import render
 from dvt_hpo.config.paths import get_path
 from dvt_hpo.exceptions import CommandFailed, TrialPruned
 from dvt_hpo.trial.context import raise_if_stopped
+from dvt_hpo.trial.lifeline import dies_with_this_process
 from dvt_hpo.trial.resume_state import ENV_RESUME_DIR
 from dvt_hpo.wire.control_server import short_socket_dir
 from dvt_hpo.wire.payload import CommandPayload
@@ -76,12 +80,15 @@ def run(config: Mapping[str, Any], ctx: Context, *, command: CommandPayload) -> 
         if ctx.resume_dir is not None:
             env[ENV_RESUME_DIR] = str(ctx.resume_dir)
         try:
+            # The script dies with this process: a trial process killed by its own
+            # parent-death signal (the orchestrator killed with SIGKILL) runs no `finally`.
             proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 env=env,
+                preexec_fn=dies_with_this_process(),
             )
         except OSError as exc:
             raise CommandFailed(f"cannot start the command {argv[0]!r}: {exc}") from None

@@ -18,6 +18,7 @@ from dvt_hpo.process.strays import ENV_TRIAL_TOKEN, new_token
 from dvt_hpo.process.tree import TrialProcess, spawner_popen
 from dvt_hpo.process.warm import TemplateUnavailable, WarmTemplate
 from dvt_hpo.wire.protocol import ENV_CONTROL, ENV_MEMORY_LIMIT
+from dvt_hpo.wire.trial_dir import TrialDir
 
 # What a trial process runs (``python -m dvt_hpo.trial``), and the module the warm template
 # imports ahead of its trials.
@@ -210,8 +211,8 @@ class Launcher:
 
     def start(self, payload_path: Path, env: Mapping[str, str], trial_dir: Path) -> TrialProcess:
         logs = {
-            "stdout_path": trial_dir / "stdout.log",
-            "stderr_path": trial_dir / "stderr.log",
+            "stdout_path": TrialDir(trial_dir).stdout,
+            "stderr_path": TrialDir(trial_dir).stderr,
             "log_limit": self.log_limit,
         }
         template = self._warm_template() if self.warm else None

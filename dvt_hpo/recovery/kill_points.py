@@ -21,11 +21,13 @@ STEPS = (
     "start:heartbeat",  # its first heartbeat is recorded; no params yet
     "start:params",  # its params are sampled and stored; its process is not started
     "trial:running",  # its process runs
+    "trial:ended",  # its process exited (maybe after writing its result); nothing recorded
     "record:before_tell",  # its attrs are recorded; Optuna is not told yet
     "retry:marked",  # the attempt is marked for a retry; it is still RUNNING
     "retry:failed",  # the attempt is FAIL; its copy is not enqueued yet
     "retry:locked",  # the repair lock is held; the copy is not enqueued yet
     "retry:enqueued",  # the copy is enqueued; the repair lock is still held
+    "finished:attrs",  # a sweep recording a dead worker's finished trial wrote its attrs
 )
 
 _KILL_AT = os.environ.get(ENV_KILL_AT) or None

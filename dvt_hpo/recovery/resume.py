@@ -16,8 +16,8 @@ attempt (the first of Optuna's ``retry_history``), so every copy of a copy finds
 The folder is kept only while a copy will continue it: whoever records how an attempt ended
 (the worker, or the sweep that fails a stale one) deletes it unless the attempt was
 interrupted and its chain has a retry left. A copy of an attempt that failed by itself (a
-``--retry-failed`` copy) never uses it. This module imports no torch; ``run`` below is a :class:`~dvt_hpo.study.trial_run.TrialRun`
-(not imported: it imports this module).
+``--retry-failed`` copy) never uses it. This module imports no torch and never drives the trial's run: it answers
+(:func:`prepare`, :meth:`ResumePlan.splice`) and the run applies.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import contextlib
 import functools
 import hashlib
 import json
-import math
 import os
 import shutil
 from collections.abc import Callable
@@ -35,25 +34,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.atomic import read_json, write_json_atomic
-from dvt_hpo.optuna_api.private import study_id_of
+from dvt_hpo.budget.trials import RETRY_ATTR
 from dvt_hpo.recovery import retries
 from dvt_hpo.sampling import space
+from dvt_hpo.store.storage import PAUSED_ATTR
 from dvt_hpo.wire.payload import ResumePayload
+from dvt_hpo.wire.trial_dir import ResumeDir
 
 if TYPE_CHECKING:
     import optuna
 
-    from dvt_hpo.results.outcome import Outcome
-    from dvt_hpo.studyfile import StudySpec
+    from dvt_hpo.spec.model import StudySpec
 
 __all__ = [
-    "CHAIN_FILE",
-    "CURVE_FILE",
-    "RESUME_FOLDER",
     "ResumePlan",
     "after_sweep",
     "closed_unrun",
-    "before_report",
+    "chain_curve",
     "chain_dir",
     "dir_bytes",
     "discard",
@@ -66,19 +63,13 @@ __all__ = [
     "sweep_hook",
 ]
 
-RESUME_FOLDER = "resume"
-CHAIN_FILE = "chain.json"
-CURVE_FILE = "curve.json"
-STATE_FOLDER = "state"
-_SAVED_FILE = "saved.json"  # written by dvt_hpo.trial.resume_state (ctx.save_state)
-
 
 def resume_root(spec: StudySpec) -> Path:
-    return spec.trials.runs_dir / RESUME_FOLDER
+    return ResumeDir.root(spec.trials.runs_dir)
 
 
 def chain_dir(spec: StudySpec, root: int) -> Path:
-    return resume_root(spec) / f"trial-{root:04d}"
+    return ResumeDir.of(spec.trials.runs_dir, root).path
 
 
 def root_number(trial: optuna.trial.FrozenTrial) -> int:
@@ -143,14 +134,34 @@ class ResumePlan:
     every_s: float
     attempt: int
     chain_length: int  # attempts before this one in its chain
+    pauses: int  # of which paused, not failed (trials.pause): not retries
     expect: bool  # a state is there to continue from
     earlier: list[tuple[int, dict[str, float]]] = field(default_factory=list)  # the chain's curve
     spliced: int | None = None  # reports taken from the chain (set at the first own report)
     redone: int = 0  # reports of the chain at or after the first own step
+    pause: bool = False  # trials.pause (the trial saves its state when it is stopped)
 
     @property
     def state_dir(self) -> Path:
-        return self.dir / STATE_FOLDER
+        return ResumeDir(self.dir).state
+
+    def splice(self, step: int | None) -> list[tuple[int, dict[str, float]]]:
+        """The chain's earlier reports the copy's first own report at ``step`` takes in (the
+        steps before it; ``None``: all of them, for a copy that reported nothing because its
+        state covered every epoch): the trial's run stores them in its history and in Optuna,
+        so pruning sees the whole curve. Empty after the first report."""
+        if self.spliced is not None:
+            return []
+        taken = [(s, dict(m)) for s, m in self.earlier if step is None or s < step]
+        self.spliced = len(taken)
+        self.redone = sum(1 for s, _ in self.earlier if step is not None and s >= step)
+        return taken
+
+    def write_curve(self, history: list[tuple[int, dict[str, float]]]) -> None:
+        """The chain's curve so far (``curve.json``), written at every report so that it
+        survives a ``kill -9`` of the worker."""
+        curve = [[s, m] for s, m in history]
+        write_json_atomic(ResumeDir(self.dir).curve, curve, indent=None)
 
     def payload(self) -> ResumePayload:
         return ResumePayload(
@@ -159,40 +170,38 @@ class ResumePlan:
             every_s=self.every_s,
             attempt=self.attempt,
             expect=self.expect,
+            pause=self.pause,
         )
 
 
-def prepare(run: Any) -> tuple[ResumePlan, str | None]:
-    """The resume folder of ``run``'s chain, checked (a folder it must not use is wiped) and
-    made; with the one line to say, if any (why a copy starts from epoch 0, or where it
-    resumes)."""
-    spec = run.spec
-    storage = run.study.storage
-    frozen = storage.get_trial(run.trial_id)
+def prepare(
+    spec: StudySpec, storage: Any, study_id: int, trial_id: int, params: dict[str, Any]
+) -> tuple[ResumePlan, str | None]:
+    """The resume folder of trial ``trial_id``'s chain, checked (a folder it must not use is
+    wiped) and made; with the one line to say, if any (why a copy starts from epoch 0, or where
+    it resumes)."""
+    frozen = storage.get_trial(trial_id)
+    number = frozen.number
     history = retries.retry_history(frozen)
-    root = history[0] if history else run.number
-    path = chain_dir(spec, root)
-    print_ = fingerprint(spec, run.params)
-    plan = ResumePlan(
-        root=root,
-        dir=path,
-        fingerprint=print_,
-        every_s=spec.trials.resume_every_s,
-        attempt=run.number,
-        chain_length=len(history),
-        expect=False,
-    )
+    root = history[0] if history else number
+    folder = ResumeDir.of(spec.trials.runs_dir, root)
+    path = folder.path
+    print_ = fingerprint(spec, params)
+    earlier: list[tuple[int, dict[str, float]]] = []
+    expect = False
     note: str | None = None
     if not history:
         discard(path)  # left by an earlier study in the same runs_dir
     else:
         before = history[-1]
         previous = storage.get_trial(
-            storage.get_trial_id_from_study_id_trial_number(study_id_of(run.study.study), before)
+            storage.get_trial_id_from_study_id_trial_number(study_id, before)
         )
-        chain = read_json(path / CHAIN_FILE)
-        start = f"trial {run.number} (retry of {before}): starting from epoch 0"
-        if previous.system_attrs.get(retries.RETRY_ATTR) != before:
+        chain = read_json(folder.chain)
+        paused = previous.system_attrs.get(PAUSED_ATTR) == before
+        how = "continues paused trial" if paused else "retry of"
+        start = f"trial {number} ({how} {before}): starting from epoch 0"
+        if previous.system_attrs.get(RETRY_ATTR) != before and not paused:
             # A crash is not an interruption: continuing it would only crash again.
             discard(path)
             note = f"{start}, trial {before} failed by itself (not interrupted)"
@@ -208,44 +217,38 @@ def prepare(run: Any) -> tuple[ResumePlan, str | None]:
                 "search space"
             )
         else:
-            plan.earlier = _curve(path / CURVE_FILE)
-            state = path / STATE_FOLDER
+            earlier = _curve(folder.curve)
+            state = folder.state
             if state.is_dir() and any(state.iterdir()):
-                plan.expect = True
-                saved = read_json(state / _SAVED_FILE)
+                expect = True
+                saved = read_json(folder.saved)
                 step = saved.get("step") if isinstance(saved, dict) else None
                 where = f" saved after step {step}" if isinstance(step, int) else ""
-                note = f"trial {run.number} (retry of {before}) resumes from {state}{where}"
+                note = f"trial {number} ({how} {before}) resumes from {state}{where}"
             else:
                 note = f"{start}, nothing was saved before the interruption"
-    (path / STATE_FOLDER).mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path / CHAIN_FILE, {"fingerprint": print_, "root": root})
+    folder.state.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(folder.chain, {"fingerprint": print_, "root": root})
+    plan = ResumePlan(
+        root=root,
+        dir=path,
+        fingerprint=print_,
+        every_s=spec.trials.resume_every_s,
+        attempt=number,
+        chain_length=len(history),
+        pauses=retries.pauses_before(frozen),
+        expect=expect,
+        earlier=earlier,
+        pause=spec.trials.pause,
+    )
     return plan, note
 
 
-def before_report(run: Any, step: int, metrics: dict[str, float]) -> None:
-    """At each report, before it is stored: the first one splices the chain's earlier
-    reports in (the steps before it, stored in Optuna too, so pruning sees the whole curve);
-    every one is appended to the chain's ``curve.json``."""
-    plan = run.resume
-    assert plan is not None
-    if plan.spliced is None:
-        taken = [(s, m) for s, m in plan.earlier if s < step]
-        plan.spliced = len(taken)
-        plan.redone = sum(1 for s, _ in plan.earlier if s >= step)
-        metric = None if run.spec.objective.is_multi else run.spec.objective.metric
-        for s, m in taken:
-            run.history.append((s, dict(m)))
-            value = m.get(metric) if metric is not None else None
-            if value is not None and math.isfinite(value):
-
-                def store(s: int = s, value: float = value) -> None:
-                    run.trial.report(value, s)
-
-                with run.study.lock:
-                    run.study.db(store, "storing a resumed curve")
-    curve = [[s, m] for s, m in [*run.history, (step, metrics)]]
-    write_json_atomic(plan.dir / CURVE_FILE, curve, indent=None)
+def chain_curve(
+    spec: StudySpec, trial: optuna.trial.FrozenTrial
+) -> list[tuple[int, dict[str, float]]]:
+    """Every report of ``trial``'s chain so far, as its worker wrote them (``[]``: none)."""
+    return _curve(ResumeDir.of(spec.trials.runs_dir, root_number(trial)).curve)
 
 
 def end_attrs(plan: ResumePlan) -> dict[str, Any]:
@@ -255,23 +258,23 @@ def end_attrs(plan: ResumePlan) -> dict[str, Any]:
     return {"resumed_epochs": plan.spliced or 0, "redone_epochs": plan.redone}
 
 
-def _kept(retry: bool, chain_length: int, max_retries: int) -> bool:
-    """An interrupted attempt whose chain has a retry left hands its folder to its copy."""
-    return retry and chain_length < max_retries
+def _kept(retry: bool, retried: int, max_retries: int) -> bool:
+    """An interrupted attempt whose chain has a retry left (``retried``: the copies made for
+    failures so far) hands its folder to its copy."""
+    return retry and retried < max_retries
 
 
-def on_end(run: Any, outcome: Outcome) -> None:
-    """After the worker recorded how ``run`` ended: its folder goes unless a copy follows."""
-    plan = run.resume
-    if plan is not None and not _kept(
-        outcome.retry, plan.chain_length, run.spec.trials.max_retries
-    ):
+def on_end(plan: ResumePlan, retry: bool, max_retries: int, *, paused: bool = False) -> None:
+    """After the worker recorded how ``plan``'s attempt ended (``retry``: for a retry;
+    ``paused``: paused, trials.pause): its folder goes unless a copy may follow."""
+    if not paused and not _kept(retry, plan.chain_length - plan.pauses, max_retries):
         discard(plan.dir)
 
 
 def after_sweep(spec: StudySpec, trial: optuna.trial.FrozenTrial, retry: bool) -> None:
     """After a sweep failed the stale ``trial`` (``retry``: for a retry): as :func:`on_end`."""
-    if not _kept(retry, len(retries.retry_history(trial)), spec.trials.max_retries):
+    retried = len(retries.retry_history(trial)) - retries.pauses_before(trial)
+    if not _kept(retry, retried, spec.trials.max_retries):
         discard(chain_dir(spec, root_number(trial)))
 
 

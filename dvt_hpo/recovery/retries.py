@@ -1,4 +1,4 @@
-"""Crash recovery, retries and the study's budget, shared by every worker through the storage.
+"""Crash recovery and retries, shared by every worker through the storage.
 
 A worker may be killed at any instant (docs/recovery.md goes through every step); what it
 leaves is repaired by any live worker's sweep or by the next ``run``, exactly once:
@@ -14,10 +14,9 @@ leaves is repaired by any live worker's sweep or by the next ``run``, exactly on
 - :func:`reconcile` is that sweep: it fails the RUNNING trials of dead workers
   (:func:`dvt_hpo.recovery.stale.stale_trials`: heartbeat older than the grace period, or no heartbeat
   at all and started longer ago than that) and enqueues every copy still missing.
-- :class:`Ledger` counts the budget (``study.n_trials``) without loading every trial on each
-  launch: finished trials never change, so each is read once; only unfinished ones are read
-  again. A marked FAIL still waiting for its copy counts (its copy will take its place), and
-  is work left to do: a worker does not leave while there is one.
+- The count of ``study.n_trials`` is :class:`dvt_hpo.budget.ledger.Ledger`'s: a marked FAIL
+  still waiting for its copy counts (its copy will take its place), and is work left to do: a
+  worker does not leave while there is one.
 
 Retry chains are read through Optuna's public ``RetryHeartbeatStaleTrialCallback``
 ``retried_trial_number`` / ``retry_history``; copies are made by that callback too. Optuna's
@@ -32,24 +31,25 @@ import contextlib
 import logging
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.budget.trials import (
     OVER_BUDGET_ATTR,
     PRIOR_ATTR,
-    RETRY_HISTORY_ATTR,
+    RETRY_ATTR,
     Attempt,
-    uncounted,
     uncounted_attempts,
+    within_retries,
 )
 from dvt_hpo.optuna_api.private import trial_id_of
 from dvt_hpo.recovery import kill_points, stale
-from dvt_hpo.store.queries import trial_marks
+from dvt_hpo.results.outcome import trial_state
 from dvt_hpo.store.storage import (
     MACHINE_ATTR,
     MACHINE_RETRIES_ATTR,
+    PAUSED_ATTR,
+    PAUSES_ATTR,
     retry_callback,
     supports_heartbeat,
 )
@@ -61,27 +61,7 @@ if TYPE_CHECKING:
 Lock = Callable[[], contextlib.AbstractContextManager[Any]]
 
 HEARTBEAT_ATTR = stale.HEARTBEAT_ATTR  # journal storages: the trial's last heartbeat
-# Set on an attempt, to its own number, before it is failed for a retry. The number (not True)
-# because Optuna's retry callback copies system attrs onto the copy: a copy never matches.
-RETRY_ATTR = "dvt_hpo:retry"
-# The system attributes the ledger reads of every trial.
-_LEDGER_ATTRS = (
-    OVER_BUDGET_ATTR,
-    RETRY_ATTR,
-    RETRY_HISTORY_ATTR,
-    MACHINE_ATTR,
-    MACHINE_RETRIES_ATTR,
-    PRIOR_ATTR,
-)
 _log = logging.getLogger(__name__)
-
-
-def trial_state(name: str) -> Any:
-    """Optuna's ``TrialState`` member by name, importing optuna only when a state is needed
-    (``dvt-hpo --help`` and ``validate`` stay quick)."""
-    from optuna.trial import TrialState
-
-    return TrialState[name]
 
 
 def retried_trial_number(trial: optuna.trial.FrozenTrial) -> int | None:
@@ -156,13 +136,6 @@ def machine_retries(trial: optuna.trial.FrozenTrial) -> int:
     return int(trial.system_attrs.get(MACHINE_RETRIES_ATTR) or 0)
 
 
-def within_retries(*, copies: int, machine_copies: int, machine: bool, max_retries: int) -> bool:
-    """Whether a marked attempt gets a copy: one that failed of the machine always (its
-    worker decided, within the machine limit); another while its chain made fewer than
-    ``max_retries`` copies for reasons other than the machine."""
-    return machine or copies - machine_copies < max_retries
-
-
 def pending_retries(
     trials: list[optuna.trial.FrozenTrial], max_retries: int
 ) -> list[optuna.trial.FrozenTrial]:
@@ -180,8 +153,20 @@ def pending_retries(
             machine_copies=machine_retries(t),
             machine=bool(t.system_attrs.get(MACHINE_ATTR)),
             max_retries=max_retries,
+            pauses=pauses_before(t),
         )
     ]
+
+
+def pauses_before(trial: optuna.trial.FrozenTrial) -> int:
+    """How many attempts before this one in its chain were paused, not failed
+    (``trials.pause``): their continuations are not retries."""
+    return int(trial.system_attrs.get(PAUSES_ATTR) or 0)
+
+
+def is_paused(trial: optuna.trial.FrozenTrial) -> bool:
+    """Whether ``trial`` was paused with its state kept for a continuation (``trials.pause``)."""
+    return trial.state.name == "PRUNED" and trial.system_attrs.get(PAUSED_ATTR) == trial.number
 
 
 def enqueue_retries(study: optuna.Study, *, max_retries: int, lock: Lock) -> list[int]:
@@ -218,15 +203,24 @@ def reconcile(
     is_ours: Callable[[int], bool],
     lock: Lock = contextlib.nullcontext,
     on_failed: Callable[[optuna.trial.FrozenTrial, bool], None] | None = None,
+    finished: Callable[[optuna.Study, Any, optuna.trial.FrozenTrial], bool] | None = None,
+    judge_stale: bool = True,
 ) -> None:
     """The sweep: fail the trials of dead workers (stale, or never given a heartbeat) for a
     retry, and enqueue every copy still missing (also those a killed worker left).
-    ``on_failed(trial, retry)`` is called for each trial this sweep failed."""
-    for trial in stale.stale_trials(study, storage, grace_period_s=grace_period_s):
+    ``on_failed(trial, retry)`` is called for each trial this sweep failed; ``finished(study,
+    storage, trial)`` first records a stale trial whose result says it finished
+    (:mod:`dvt_hpo.recovery.finished`; True: recorded, not failed). ``judge_stale=False``
+    (the database was down within the grace period: live workers' heartbeats could not be
+    written) fails nothing and only enqueues the copies still missing."""
+    judged = stale.stale_trials(study, storage, grace_period_s=grace_period_s)
+    for trial in judged if judge_stale else []:
         if is_ours(trial.number):
             continue
         # Closed as over budget but killed before the FAIL: closed, not retried.
         retry = not trial.system_attrs.get(OVER_BUDGET_ATTR)
+        if retry and finished is not None and finished(study, storage, trial):
+            continue
         failed = fail_attempt(
             study, storage, trial_id_of(trial), retry=retry, max_retries=max_retries, enqueue=False
         )
@@ -279,160 +273,6 @@ def failed_not_retried(trials: list[optuna.trial.FrozenTrial]) -> list[int]:
     ]
 
 
-@dataclass(frozen=True)
-class _Entry:
-    trial_id: int
-    state: str
-    over_budget: bool
-    retry: bool = False  # failed (or being failed) for a retry: RETRY_ATTR is its number
-    chain: int = 0  # copies before it in its retry chain
-    machine: bool = False  # failed of the machine (MACHINE_ATTR)
-    machine_chain: int = 0  # copies before it made for machine failures
-
-
-@dataclass(frozen=True)
-class Budget:
-    used: int  # trials that count towards study.n_trials
-    waiting: int  # enqueued retries (counted already; run even when the budget is used up)
-    foreign_running: int  # RUNNING trials of other workers (or of a dead one, not stale yet)
-    # Attempts failed for a retry whose copy is not enqueued yet (counted in ``used``: the
-    # copy takes their place); the sweep enqueues them, so they are work left to do.
-    pending: int = 0
-
-
-class Ledger:
-    """The study's trials as far as the budget is concerned, read incrementally.
-
-    Counted: every trial except FAILs that a retry superseded (the copy counts instead) and
-    trials closed as over budget. Trial numbers are dense (0, 1, ...), so new trials are found
-    by asking for the next number until the storage has none.
-    """
-
-    def __init__(
-        self, study: optuna.Study, storage: Any, study_id: int, *, max_retries: int = 0
-    ) -> None:
-        self._study = study
-        self._max_retries = max_retries
-        self._storage = storage
-        self._study_id = study_id
-        self._entries: dict[int, _Entry] = {}
-        self._unfinished: set[int] = set()
-        self._failed: set[int] = set()
-        self._over_budget: set[int] = set()
-        self._prior: set[int] = set()  # copied from an earlier study (warm_start)
-        self._superseded_by: dict[int, int] = {}  # FAIL number -> first copy that retries it
-        self._known: optuna.trial.FrozenTrial | None = None
-        self._told: dict[int, optuna.trial.FrozenTrial] = {}  # finished, not recorded yet
-
-    def refresh(self, known: optuna.trial.FrozenTrial | None = None) -> None:
-        """Read what changed; ``known``: a trial the caller has just read under the study lock
-        (one of its own, RUNNING), used as it is rather than read again."""
-        self._known = known
-        if not self._entries:
-            self._read_all()
-        else:
-            for number in sorted(self._unfinished):
-                self._read(number, self._entries[number].trial_id)
-        number = len(self._entries)
-        while True:
-            try:
-                trial_id = self._storage.get_trial_id_from_study_id_trial_number(
-                    self._study_id, number
-                )
-            except KeyError:
-                return
-            self._read(number, trial_id)
-            number += 1
-
-    def told(self, trial: optuna.trial.FrozenTrial) -> None:
-        """One of this worker's trials as its tell returned it: finished, so what the ledger
-        reads of it (state, retry and budget marks) no longer changes; the next refresh
-        records it as it is rather than reading it again."""
-        if trial.state.is_finished():
-            self._told[trial.number] = trial
-
-    def _read_all(self) -> None:
-        # A worker joining a long study reads it in two queries, not two per trial (20,000
-        # trials on PostgreSQL took minutes one by one). Only the dense prefix of numbers is
-        # kept: a trial created during the read is found by the incremental reads that follow.
-        marks = trial_marks(self._storage, self._study_id, _LEDGER_ATTRS)
-        for number, mark in enumerate(marks):
-            if mark.number != number:
-                return
-            self._record(number, mark.trial_id, mark.state, mark.system_attrs)
-
-    def _read(self, number: int, trial_id: int) -> None:
-        known = self._known
-        trial = self._told.pop(number, None)
-        if trial is None:
-            trial = known if known and known.number == number else self._storage.get_trial(trial_id)
-        self._record(number, trial_id, trial.state.name, trial.system_attrs)
-
-    def _record(
-        self, number: int, trial_id: int, state: str, system_attrs: Mapping[str, Any]
-    ) -> None:
-        # Optuna's retry callback keeps a copy's history under this key (retry_history()).
-        history = list(system_attrs.get(RETRY_HISTORY_ATTR) or ())
-        entry = _Entry(
-            trial_id,
-            state,
-            bool(system_attrs.get(OVER_BUDGET_ATTR)),
-            retry=system_attrs.get(RETRY_ATTR) == number,
-            chain=len(history),
-            machine=bool(system_attrs.get(MACHINE_ATTR)),
-            machine_chain=int(system_attrs.get(MACHINE_RETRIES_ATTR) or 0),
-        )
-        if number not in self._entries:
-            # A copy's history is written when it is enqueued and never changes.
-            for earlier in history:
-                self._superseded_by.setdefault(earlier, number)
-        self._entries[number] = entry
-        if state in ("WAITING", "RUNNING"):
-            self._unfinished.add(number)
-        else:
-            self._unfinished.discard(number)
-        if state == "FAIL":
-            self._failed.add(number)
-        if entry.over_budget:
-            self._over_budget.add(number)
-        if system_attrs.get(PRIOR_ATTR):
-            self._prior.add(number)
-
-    def used(self, below: int | None = None) -> int:
-        """Trials that count, among those numbered below ``below`` (all by default); a FAIL
-        counts as superseded only by a copy numbered below ``below`` too."""
-        limit = len(self._entries) if below is None else min(below, len(self._entries))
-        gone = uncounted(
-            self._failed, self._over_budget, self._superseded_by, below=limit, prior=self._prior
-        )
-        return limit - len(gone)
-
-    def budget(self, is_ours: Callable[[int], bool]) -> Budget:
-        waiting = foreign = 0
-        for number in self._unfinished:
-            state = self._entries[number].state
-            if state == "WAITING":
-                waiting += 1
-            elif state == "RUNNING" and not is_ours(number):
-                foreign += 1
-        return Budget(self.used(), waiting, foreign, len(self.pending()))
-
-    def pending(self) -> list[int]:
-        """The numbers :func:`pending_retries` would give, from what was read last."""
-        return [
-            n
-            for n in sorted(self._failed)
-            if self._entries[n].retry
-            and n not in self._superseded_by
-            and within_retries(
-                copies=self._entries[n].chain,
-                machine_copies=self._entries[n].machine_chain,
-                machine=self._entries[n].machine,
-                max_retries=self._max_retries,
-            )
-        ]
-
-
 def counted_numbers(trials: list[optuna.trial.FrozenTrial]) -> set[int]:
     """The numbers of the trials that count towards ``study.n_trials`` (for summaries), by
     the rule of :mod:`dvt_hpo.budget.trials`."""
@@ -443,6 +283,7 @@ def counted_numbers(trials: list[optuna.trial.FrozenTrial]) -> set[int]:
             bool(t.system_attrs.get(OVER_BUDGET_ATTR)),
             tuple(retry_history(t)),
             prior=bool(t.system_attrs.get(PRIOR_ATTR)),
+            paused=is_paused(t),
         )
         for t in trials
     )
@@ -450,27 +291,20 @@ def counted_numbers(trials: list[optuna.trial.FrozenTrial]) -> set[int]:
 
 
 __all__ = [
-    "trial_state",
     "HEARTBEAT_ATTR",
-    "MACHINE_ATTR",
-    "MACHINE_RETRIES_ATTR",
-    "OVER_BUDGET_ATTR",
-    "PRIOR_ATTR",
-    "RETRY_ATTR",
-    "Budget",
-    "Ledger",
     "counted_numbers",
     "enqueue_retries",
     "fail_attempt",
     "failed_not_retried",
     "heartbeat_ages",
+    "is_paused",
     "machine_retries",
     "mark_machine_failure",
+    "pauses_before",
     "pending_retries",
     "reconcile",
     "record_heartbeat",
     "retried_trial_number",
     "retry_failed",
     "retry_history",
-    "within_retries",
 ]

@@ -108,9 +108,9 @@ def describe_exit(returncode: int | None) -> str:
 
 def pruned_reason(step: int, pruner: str | None = None) -> str:
     """``pruned at step 3 by MedianPruner`` (``pruner``: the study's ``study.pruner.kind``)."""
-    from dvt_hpo.sampling.optuna_factory import PRUNER_CLASSES
+    from dvt_hpo.sampling.kinds import PRUNERS
 
-    by = f" by {PRUNER_CLASSES.get(pruner, pruner)}" if pruner else ""
+    by = f" by {PRUNERS[pruner].class_name if pruner in PRUNERS else pruner}" if pruner else ""
     return f"pruned at step {step}{by}"
 
 
@@ -258,6 +258,7 @@ class TrialOutcome:
     values: tuple[float, ...] = ()  # every objective's (COMPLETE)
     constraints: tuple[float, ...] = ()  # <= 0 feasible; () when unconstrained or failed
     machine: str | None = None  # failed of the machine: the kind (dvt_hpo.recovery.node_health)
+    paused: bool = False  # PRUNED with its state kept to continue it (trials.pause)
     # The trial as the tell returned it (an optuna FrozenTrial, finished): the budget's ledger
     # records it without reading it again. None when it was failed for a retry instead.
     told: Any = None
@@ -282,7 +283,16 @@ class TrialOutcome:
         )
 
 
+def trial_state(name: str) -> Any:
+    """Optuna's ``TrialState`` member by name, importing optuna only when a state is needed
+    (``dvt-hpo --help`` and ``validate`` stay quick)."""
+    from optuna.trial import TrialState
+
+    return TrialState[name]
+
+
 __all__ = [
+    "trial_state",
     "Flags",
     "Limits",
     "Objective",

@@ -15,7 +15,7 @@ from dvt_hpo.views.progress import ProgressObserver
 if TYPE_CHECKING:
     import optuna
 
-    from dvt_hpo.studyfile import StudySpec
+    from dvt_hpo.spec.model import StudySpec
 
 
 def study_observers(

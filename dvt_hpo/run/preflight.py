@@ -8,12 +8,13 @@
   assignment or import of the name counts; a module with no Python source (compiled) or a
   ``from x import *`` that may provide the name leaves the check undecided, with a note.
 - The objectives and constraints name metrics the trainer reports, where its names are known
-  (:mod:`dvt_hpo.spec.known_metrics`).
+  (:mod:`dvt_hpo.spec.known_metrics`; a command's ``trainer.metrics_pattern`` groups).
 - ``tracking.mlflow``: MLflow is installed and accepts the tracking URI
   (:mod:`dvt_hpo.tracking.check`).
 - The storage driver is installed and the GPUs named in ``trials.devices`` exist.
 - For the built-in trainer, its own config: ``model.builder`` (also each searched choice) is a
-  built-in builder or a ``package.module:function`` found by the same rule;
+  built-in builder or a ``package.module:function`` found by the same rule, and takes every
+  ``model.kwargs`` key (:mod:`dvt_hpo.run.builders`, from the builder's source);
   ``devices.device: cuda`` needs a GPU in every trial slot.
 """
 
@@ -200,7 +201,7 @@ def check_runnable(doc: Doc, spec: StudySpec) -> None:
         check_executable(doc, spec.trainer.command, folder)
     else:
         _check_callable(doc, ("trainer", "entrypoint"), entrypoint, folder, "the entry point")
-        check_known_metrics(doc, spec)
+    check_known_metrics(doc, spec)
     for i, name in enumerate(spec.trials.preload):
         if not import_path.find_module(name, folder):
             raise doc.error(
@@ -243,7 +244,10 @@ def check_runnable(doc: Doc, spec: StudySpec) -> None:
 
     check_slots(spec, slots)  # study.budget.gpu_hours where no slot has a GPU
     if entrypoint == BUILTIN_ENTRYPOINT:
+        from dvt_hpo.run.builders import check_model_kwargs
+
         _check_builders(doc, spec)
+        check_model_kwargs(doc, spec)
         per_trial = min(len(slot.gpus) for slot in slots)
         _check_device(doc, spec, per_trial, on_cpu)
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import optuna
 
     from dvt_hpo.results.events import StudyObserver
-    from dvt_hpo.studyfile import StudySpec
+    from dvt_hpo.spec.model import StudySpec
 
 
 def study_runner(spec: StudySpec, **kwargs: Any) -> StudyRunner:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,13 +33,22 @@ from optuna.search_space import IntersectionSearchSpace
 from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from dvt_hpo.sampling.blas import single_thread_blas
+from dvt_hpo.sampling.mf_gp_points import CurveCache, Points
+
 __all__ = ["MultiFidelityGPSampler"]
 
 _SQRT5 = math.sqrt(5.0)
 _OBSERVED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
-# Points the model is fitted on at most: a fit costs about 50 factorizations of a matrix of this
-# side (0.2 s at 1,000 on one core), an ask one.
-_MAX_POINTS = 1000
+# Points the model holds at most (an ask factorizes a matrix of this side and solves it for
+# every candidate: 0.07 s at 600 on one core), and points its hyperparameters are fitted on
+# (about 50 factorizations: 0.8 s at 300, 20 s at 1,000). A study of 100-300 trials with its
+# curves fits whole; past that, see dvt_hpo.sampling.mf_gp_points.
+_MAX_POINTS = 600
+_MAX_FIT_POINTS = 300
+# Fitted hyperparameters are rounded to this many decimals (of their logs): a last-bit
+# difference between two machines' arithmetic then rarely changes the model the next asks use.
+_THETA_DECIMALS = 3
 
 
 class MultiFidelityGPSampler(optuna.samplers.BaseSampler):
@@ -80,6 +88,7 @@ class MultiFidelityGPSampler(optuna.samplers.BaseSampler):
         self._space = IntersectionSearchSpace(include_pruned=True)
         self._theta: np.ndarray | None = None  # log hyperparameters of the last fit
         self._fitted_at = -1  # observed trials when the hyperparameters were last fitted
+        self._curves = CurveCache()
 
     def reseed_rng(self) -> None:
         self._rng = np.random.default_rng()
@@ -109,17 +118,33 @@ class MultiFidelityGPSampler(optuna.samplers.BaseSampler):
             return {}
         codec = _Codec(search_space)
         sign = 1.0 if study.direction == StudyDirection.MAXIMIZE else -1.0
-        data = _observations(trials, codec, sign)
+        data = self._curves.points(
+            study.study_name,
+            trials,
+            codec,
+            sign,
+            max_points=_MAX_POINTS,
+            max_fit_points=_MAX_FIT_POINTS,
+        )
         if data is None:
             return {}
-        x, y, pending = data
-        mean, scale = float(y.mean()), float(y.std()) or 1.0
-        y = (y - mean) / scale
+        # BLAS on one thread: a thread count splits sums differently and changes the last bits
+        # of a factorization, and with them, now and then, which candidate wins. The matrices
+        # hold a few hundred rows: one core is as fast as several here, and an orchestrator's
+        # threads would compete with its trials.
+        with single_thread_blas():
+            return self._decide(data, len(trials), codec)
+
+    def _decide(self, data: Points, observed: int, codec: _Codec) -> dict[str, Any]:
+        x, pending = data.x, data.pending
+        mean, scale = float(data.y.mean()), float(data.y.std()) or 1.0
+        y = (data.y - mean) / scale
         # Hyperparameters settle as data grows: refit every refit_every trials, later every 10 %.
         due = max(self._refit_every, self._fitted_at // 10)
-        if self._theta is None or len(trials) - self._fitted_at >= due:
-            self._theta = _fit(x, y, self._theta)
-            self._fitted_at = len(trials)
+        if self._theta is None or observed - self._fitted_at >= due:
+            fitted = _fit(data.fit_x, (data.fit_y - mean) / scale, self._theta)
+            self._theta = np.round(fitted, _THETA_DECIMALS)
+            self._fitted_at = observed
         model = _GP(x, y, self._theta)
         if len(pending):
             # Kriging believer: a trial running without a report counts as tried, at the final
@@ -128,7 +153,7 @@ class MultiFidelityGPSampler(optuna.samplers.BaseSampler):
             model = _GP(np.vstack([x, top]), np.concatenate([y, model.mean(top)]), self._theta)
         tried = np.unique(np.vstack([x[:, :-1], pending]), axis=0)
         rated = model.mean(_at_last_epoch(tried))
-        candidates = self._candidates(codec, tried[np.argsort(-rated)[:10]])
+        candidates = self._candidates(codec, tried[np.argsort(-rated, kind="stable")[:10]])
         mu, sd = model.predict(_at_last_epoch(candidates))
         ei = _expected_improvement(mu, sd, float(rated.max()))
         return codec.decode(candidates[int(np.argmax(ei))])
@@ -154,61 +179,6 @@ class MultiFidelityGPSampler(optuna.samplers.BaseSampler):
         centres = leaders[self._rng.integers(0, len(leaders), half)]
         local = centres + self._rng.normal(0.0, 0.1, centres.shape)
         return codec.snap(np.vstack([uniform, local]))
-
-
-def _observations(
-    trials: Sequence[FrozenTrial], codec: _Codec, sign: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """(inputs with log-epoch last, values signed so higher is better, configs still pending).
-
-    Steps count as epochs from the first step any trial reported (0 or 1, as trainers count):
-    epoch = step - first + 1. A trial contributes its value at epochs 1, 3, 9, 27, ... and at
-    its last report: enough of a curve for the model's epoch length scale, and a few points a
-    trial whatever its length. A complete trial's value counts at the last epoch any trial
-    reached (the fidelity the acquisition asks about). Past ``_MAX_POINTS`` only each trial's
-    last point is kept, then the points at the latest epochs: the model's cost grows with the
-    cube of its points."""
-    per_trial: list[list[tuple[int, float]]] = []
-    configs, pending = [], []
-    reported = [t.intermediate_values for t in trials if t.intermediate_values]
-    first = min((min(steps) for steps in reported), default=1)
-    top = max((max(steps) for steps in reported), default=first) - first + 1
-    log_top = math.log(top) if top > 1 else 0.0
-    for t in trials:
-        if any(name not in t.params for name in codec.names):
-            continue
-        config = codec.encode(t.params)
-        epochs = {s - first + 1: v for s, v in t.intermediate_values.items() if math.isfinite(v)}
-        if t.state == TrialState.COMPLETE and t.value is not None and math.isfinite(t.value):
-            epochs[max([top, *epochs])] = t.value
-        if not epochs:
-            if t.state == TrialState.RUNNING:
-                pending.append(config)
-            continue
-        keep = {e for e in epochs if _is_rung(e)} | {max(epochs)}
-        per_trial.append([(e, sign * epochs[e]) for e in sorted(keep)])
-        configs.append(config)
-    if sum(len(points) for points in per_trial) > _MAX_POINTS:
-        per_trial = [points[-1:] for points in per_trial]
-    rows = [
-        (epoch, np.append(config, math.log(epoch) / log_top if log_top else 1.0), value)
-        for config, points in zip(configs, per_trial, strict=True)
-        for epoch, value in points
-    ]
-    if len(rows) > _MAX_POINTS:
-        rows = sorted(rows, key=lambda row: row[0])[-_MAX_POINTS:]
-    if len(rows) < 2:
-        return None
-    x = np.array([row[1] for row in rows])
-    y = np.array([row[2] for row in rows])
-    return x, y, np.array(pending).reshape(-1, codec.width)
-
-
-def _is_rung(epoch: int) -> bool:
-    """Whether ``epoch`` (>= 1) is a power of 3."""
-    while epoch % 3 == 0:
-        epoch //= 3
-    return epoch == 1
 
 
 def _at_last_epoch(configs: np.ndarray) -> np.ndarray:

@@ -48,7 +48,6 @@ if TYPE_CHECKING:
     from dvt_hpo.spec.model import ConstraintSpec
 
 __all__ = [
-    "MULTI_OBJECTIVE_PRUNERS",
     "RUNG_ATTR_PREFIX",
     "MOASHAPruner",
     "crowding_distances",
@@ -60,8 +59,6 @@ __all__ = [
     "violation_of",
 ]
 
-# kind -> class name: the pruners that apply to several objectives (and only to them).
-MULTI_OBJECTIVE_PRUNERS: dict[str, str] = {"mo_asha": "MOASHAPruner"}
 RUNG_ATTR_PREFIX = "dvt_hpo:mo_rung:"
 # The trials whose rung values count: a FAIL attempt is retried as a copy, which counts instead.
 _COUNTED = (

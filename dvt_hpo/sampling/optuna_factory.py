@@ -1,6 +1,7 @@
 """Optuna samplers and pruners from their study.yaml ``kind`` and keyword arguments.
 
-The spec loader checks arguments against the real class signatures found here, so a typo is
+Each kind's class, packages and seed rule are its row in :mod:`dvt_hpo.sampling.kinds`. The
+spec loader checks arguments against the real class signatures found here, so a typo is
 reported before a study is created; the runner builds the objects with :func:`build_sampler` and
 :func:`build_pruner`. Nothing here imports torch: samplers that need an extra package (``gp``
 needs torch and scipy) are only probed with :func:`importlib.util.find_spec`.
@@ -18,16 +19,12 @@ import optuna
 
 from dvt_hpo.optuna_api.private import single_objective_only
 from dvt_hpo.sampling import space
+from dvt_hpo.sampling.kinds import PRUNERS, SAMPLERS
 
 if TYPE_CHECKING:
     from dvt_hpo.spec.model import Dimension, PrunerSpec, SamplerSpec
 
 __all__ = [
-    "PRUNER_CLASSES",
-    "PRUNER_PACKAGES",
-    "SAMPLER_CLASSES",
-    "SAMPLER_PACKAGES",
-    "BUILT_ARGUMENTS",
     "build_pruner",
     "accepts_constraints",
     "build_sampler",
@@ -39,109 +36,33 @@ __all__ = [
     "yaml_parameters",
 ]
 
-# kind -> class name in optuna.samplers / optuna.pruners (looked up lazily with getattr, so an
-# Optuna release without one of them only loses that kind).
-SAMPLER_CLASSES: dict[str, str] = {
-    "tpe": "TPESampler",
-    "random": "RandomSampler",
-    "cmaes": "CmaEsSampler",
-    "qmc": "QMCSampler",
-    "gp": "GPSampler",
-    "grid": "GridSampler",
-    "nsga2": "NSGAIISampler",
-    "nsga3": "NSGAIIISampler",
-    "bruteforce": "BruteForceSampler",
-    "rung_tpe": "RungTPESampler",  # TPE on values at a rung: dvt_hpo.sampling.rung_tpe
-    # A GP over (config, epoch) fitted on every curve: dvt_hpo.sampling.mf_gp
-    "mf_gp": "MultiFidelityGPSampler",
-}
-PRUNER_CLASSES: dict[str, str] = {
-    "median": "MedianPruner",
-    "percentile": "PercentilePruner",
-    "successive_halving": "SuccessiveHalvingPruner",
-    "hyperband": "HyperbandPruner",
-    "threshold": "ThresholdPruner",
-    "wilcoxon": "WilcoxonPruner",
-    # The default: successive halving's rungs and the Wilcoxon test, either stopping a trial
-    # (dvt_hpo.sampling.wilcoxon_halving).
-    "wilcoxon_halving": "WilcoxonHalvingPruner",
-    "mo_asha": "MOASHAPruner",  # several objectives only: dvt_hpo.sampling.mo_pruner
-    "none": "NopPruner",
-}
-# Packages a kind imports when it first samples or prunes (not when it is constructed).
-SAMPLER_PACKAGES: dict[str, tuple[str, ...]] = {
-    "cmaes": ("cmaes",),
-    "qmc": ("scipy",),
-    "gp": ("torch", "scipy"),
-    "mf_gp": ("scipy",),
-}
-PRUNER_PACKAGES: dict[str, tuple[str, ...]] = {
-    "wilcoxon": ("scipy",),
-    "wilcoxon_halving": ("scipy",),
-}
-# Arguments dvt-hpo fills in itself: GridSampler's grid comes from the search space.
-BUILT_ARGUMENTS: dict[str, tuple[str, ...]] = {"grid": ("search_space",)}
-# Kinds whose seed gets the resume offset. QMC and grid are left alone: they continue from what
-# the study storage says was already sampled, and a new seed would restart their sequence.
-_OFFSET_SEED_KINDS = frozenset(
-    {"tpe", "rung_tpe", "mf_gp", "random", "cmaes", "gp", "nsga2", "nsga3", "bruteforce"}
-)
-# Kinds whose Optuna class raises on a multi-objective study (found in its source when the
-# source can be read; this list is the fallback).
-_SINGLE_OBJECTIVE_KINDS = frozenset({"cmaes", "rung_tpe", "mf_gp"})
-
 
 def sampler_class(kind: str) -> type:
-    """The Optuna sampler class of ``kind`` (``KeyError`` for an unknown kind); ``rung_tpe`` is
-    TPE fitted on the values at a rung (:mod:`dvt_hpo.sampling.rung_tpe`)."""
-    if kind == "rung_tpe":
-        from dvt_hpo.sampling.rung_tpe import RungTPESampler
-
-        return RungTPESampler
-    if kind == "mf_gp":
-        from dvt_hpo.sampling.mf_gp import MultiFidelityGPSampler
-
-        return MultiFidelityGPSampler
-    cls = getattr(optuna.samplers, SAMPLER_CLASSES[kind], None)
-    if cls is None:  # pragma: no cover - depends on the Optuna release
-        raise KeyError(f"this Optuna release ({optuna.__version__}) has no sampler {kind!r}")
-    return cls
+    """The sampler class of ``kind`` (``KeyError`` for an unknown kind): its row in
+    :data:`~dvt_hpo.sampling.kinds.SAMPLERS` loads it."""
+    return SAMPLERS[kind].load()
 
 
 def pruner_class(kind: str) -> type:
-    """The Optuna pruner class of ``kind`` (``KeyError`` for an unknown kind); ``wilcoxon`` is
-    Optuna's with scipy's slow exact test computed at once (:mod:`dvt_hpo.sampling.wilcoxon`);
-    ``wilcoxon_halving`` is that test and successive halving together, the default
-    (:mod:`dvt_hpo.sampling.wilcoxon_halving`); ``mo_asha`` prunes several objectives
-    (:mod:`dvt_hpo.sampling.mo_pruner`)."""
-    if kind == "wilcoxon":
-        from dvt_hpo.sampling.wilcoxon import WilcoxonPruner
-
-        return WilcoxonPruner
-    if kind == "wilcoxon_halving":
-        from dvt_hpo.sampling.wilcoxon_halving import WilcoxonHalvingPruner
-
-        return WilcoxonHalvingPruner
-    if kind == "mo_asha":
-        from dvt_hpo.sampling.mo_pruner import MOASHAPruner
-
-        return MOASHAPruner
-    cls = getattr(optuna.pruners, PRUNER_CLASSES[kind], None)
-    if cls is None:  # pragma: no cover - depends on the Optuna release
-        raise KeyError(f"this Optuna release ({optuna.__version__}) has no pruner {kind!r}")
-    return cls
+    """The pruner class of ``kind`` (``KeyError`` for an unknown kind): its row in
+    :data:`~dvt_hpo.sampling.kinds.PRUNERS` loads it."""
+    return PRUNERS[kind].load()
 
 
 def supports_multi_objective(kind: str) -> bool:
     """Whether the sampler of ``kind`` accepts a study with several objectives. Optuna's
-    single-objective samplers call a private check (:func:`single_objective_only`);
-    ``rung_tpe`` ranks trials by one value at a rung."""
-    if kind in ("rung_tpe", "mf_gp"):
-        return False
+    single-objective samplers call a private check (:func:`single_objective_only`); dvt-hpo's
+    own say so in their row (``rung_tpe`` ranks trials by one value at a rung), which is also
+    the answer when an Optuna class's source cannot be read."""
+    row = SAMPLERS.get(kind)
+    if row is None:
+        return True  # an unknown kind: the loader names the kinds
+    if not row.module.startswith("optuna."):
+        return row.objectives != "one"
     try:
-        return not single_objective_only(sampler_class(kind))
+        return not single_objective_only(row.load())
     except (OSError, TypeError, KeyError):
-        return kind not in _SINGLE_OBJECTIVE_KINDS
+        return row.objectives != "one"
 
 
 def accepts_constraints(kind: str) -> bool:
@@ -195,7 +116,8 @@ def build_sampler(
       reading them back.
     """
     kwargs: dict[str, Any] = dict(spec.kwargs)
-    if spec.kind in _OFFSET_SEED_KINDS and kwargs.get("seed") is not None and seed_offset:
+    row = SAMPLERS[spec.kind]
+    if row.offset_seed and kwargs.get("seed") is not None and seed_offset:
         kwargs["seed"] = int(kwargs["seed"]) + int(seed_offset)
     if spec.kind == "tpe" and parallel > 1:
         kwargs.setdefault("constant_liar", True)
@@ -214,15 +136,19 @@ def build_sampler(
         from dvt_hpo.sampling.constraints import stored_constraints
 
         kwargs["constraints_func"] = stored_constraints
-    return sampler_class(spec.kind)(**kwargs)
+    with warnings.catch_warnings():
+        # Optuna 4.9 deprecates consider_endpoints, which the constrained default sets (the
+        # measured choice): said on every run of a study that set nothing, it would only alarm.
+        warnings.filterwarnings("ignore", message=".*consider_endpoints", category=FutureWarning)
+        return sampler_class(spec.kind)(**kwargs)
 
 
 def build_pruner(spec: PrunerSpec) -> optuna.pruners.BasePruner:
     """The pruner of ``spec`` (``none`` is Optuna's ``NopPruner``).
 
-    Optuna marks ``WilcoxonPruner`` experimental (its interface may change); it is dvt-hpo's
-    default, whose arguments the loader checks against the installed class, so the warning
-    would only repeat on every run."""
+    Optuna marks ``WilcoxonPruner`` experimental (its interface may change); the loader checks
+    its arguments against the installed class, so the warning would only repeat on every
+    run."""
     kwargs: Mapping[str, Any] = spec.kwargs
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)

@@ -1,9 +1,10 @@
 """Optuna's Wilcoxon pruner, deciding in a millisecond where scipy takes seconds.
 
-``WilcoxonPruner`` (dvt-hpo's default pruner) compares a trial's epochs with the best trial's
-through ``scipy.stats.wilcoxon(..., zero_method="zsplit")``. When the differences hold a zero or
-a tie (common: accuracies on a validation set are multiples of 1/N) and there are at most 13 of
-them, scipy runs an exact permutation test whose statistic is evaluated once per sign pattern
+``WilcoxonPruner`` (the default pruner for long curves, :data:`dvt_hpo.sampling.kinds.DEFAULTS`)
+compares a trial's epochs with the best trial's through
+``scipy.stats.wilcoxon(..., zero_method="zsplit")``. When the differences hold a zero or a tie
+(common: accuracies on a validation set are multiples of 1/N) and there are at most 13 of them,
+scipy runs an exact permutation test whose statistic is evaluated once per sign pattern
 in Python: 2**n calls, 0.1 s at 9 epochs and 2.7 s at 13 on one core. dvt-hpo decides under
 the study's lock, so every trial's report and the next ``ask`` wait behind it.
 
@@ -63,10 +64,32 @@ def signed_rank_pvalue(diffs: np.ndarray, alternative: Literal["less", "greater"
 
 
 class WilcoxonPruner(optuna.pruners.WilcoxonPruner):
-    """``optuna.pruners.WilcoxonPruner`` with :func:`signed_rank_pvalue` for scipy's test."""
+    """``optuna.pruners.WilcoxonPruner`` with :func:`signed_rank_pvalue` for scipy's test.
+
+    ``max_resource`` (None: Optuna's behaviour) is the first step at which the test no longer
+    decides: a trial at its last report has trained every epoch, and stopping it there saves
+    nothing but records a fully trained trial PRUNED, out of ``best`` and of the sampler's
+    complete trials (the loader sets it to the trainer's epochs - 1)."""
+
+    def __init__(
+        self,
+        *,
+        p_threshold: float = 0.1,
+        n_startup_steps: int = 2,
+        max_resource: int | None = None,
+    ) -> None:
+        if max_resource is not None and (
+            isinstance(max_resource, bool) or not isinstance(max_resource, int) or max_resource < 1
+        ):
+            raise ValueError(f"max_resource must be an integer >= 1 or None, got {max_resource!r}")
+        super().__init__(p_threshold=p_threshold, n_startup_steps=n_startup_steps)
+        self._max_resource = max_resource
 
     def prune(self, study: optuna.study.Study, trial: FrozenTrial) -> bool:
         if len(trial.intermediate_values) == 0:
+            return False
+        last = trial.last_step
+        if self._max_resource is not None and last is not None and last >= self._max_resource:
             return False
         current = _finite_curve(trial, "the current trial")
         if current is None:

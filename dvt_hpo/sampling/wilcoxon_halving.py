@@ -1,4 +1,4 @@
-"""dvt-hpo's default pruner: successive halving's rungs and the Wilcoxon test, either stopping.
+"""Successive halving's rungs and the Wilcoxon test together, either stopping a trial.
 
 Each pruner alone loses budget on learning curves, each in its own way (measured on the LCBench
 surrogate, docs/performance/search-efficiency.md):
@@ -19,9 +19,9 @@ asked even when the test would stop the trial), then dvt-hpo's :class:`WilcoxonP
 TPE (``consider_endpoints: true``), on 34 tasks x 10 seeds one trial at a time, it reached TPE
 without pruning's final regret in 41 % of the budget where Wilcoxon alone needed 52 %.
 
-``max_resource``: no rung decision at or past this step, so that a trial is never stopped by a
-rung at its last report, where it has already trained everything (the loader sets it from the
-trainer's epochs; the Wilcoxon test is unaffected, as Optuna's is).
+``max_resource``: no decision, by a rung or by the test, at or past this step, so that a trial is
+never stopped at its last report, where it has already trained everything (the loader sets it
+from the trainer's epochs).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class WilcoxonHalvingPruner(optuna.pruners.BasePruner):
     ``p_threshold`` and ``n_startup_steps`` are ``WilcoxonPruner``'s; ``min_resource``,
     ``reduction_factor`` and ``min_early_stopping_rate`` are ``SuccessiveHalvingPruner``'s
     (their defaults here are the measured ones: rungs at 3, 9, 27, ... steps); ``max_resource``
-    (None: no limit) is the first step at which no rung decides."""
+    (None: no limit) is the first step at which neither decides."""
 
     def __init__(
         self,
@@ -58,10 +58,7 @@ class WilcoxonHalvingPruner(optuna.pruners.BasePruner):
         min_early_stopping_rate: int = 0,
         max_resource: int | None = None,
     ) -> None:
-        if max_resource is not None and (
-            isinstance(max_resource, bool) or not isinstance(max_resource, int) or max_resource < 1
-        ):
-            raise ValueError(f"max_resource must be an integer >= 1 or None, got {max_resource!r}")
+        # max_resource is checked by the WilcoxonPruner that shares it (below).
         self._halving = optuna.pruners.SuccessiveHalvingPruner(
             min_resource=min_resource,
             reduction_factor=reduction_factor,
@@ -70,7 +67,7 @@ class WilcoxonHalvingPruner(optuna.pruners.BasePruner):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             self._wilcoxon = WilcoxonPruner(
-                p_threshold=p_threshold, n_startup_steps=n_startup_steps
+                p_threshold=p_threshold, n_startup_steps=n_startup_steps, max_resource=max_resource
             )
         self._max_resource = max_resource
 
@@ -78,8 +75,6 @@ class WilcoxonHalvingPruner(optuna.pruners.BasePruner):
         step = trial.last_step
         if step is None:
             return False
-        if (self._max_resource is None or step < self._max_resource) and self._halving.prune(
-            study, trial
-        ):
-            return True
-        return bool(self._wilcoxon.prune(study, trial))
+        if self._max_resource is not None and step >= self._max_resource:
+            return False
+        return bool(self._halving.prune(study, trial) or self._wilcoxon.prune(study, trial))

@@ -5,8 +5,9 @@ For the built-in trainer and the deepvisiontools backend the names depend only o
 config (latency on or off, the task, ...), so ``validate`` and ``run`` refuse
 ``objective.metric: macro_f2`` with a did-you-mean instead of training every trial to its last
 epoch and failing it. A searched categorical or bool may change them (``eval.latency.enabled``
-searched): a name any choice reports is accepted. Custom entry points and commands report what
-they like; their first trial that ends without the metric names the ones it did report
+searched): a name any choice reports is accepted. A command with ``trainer.metrics_pattern``
+reports the pattern's named groups. Custom entry points and other commands report what they
+like; their first trial that ends without the metric names the ones it did report
 (:mod:`dvt_hpo.results.reduction`).
 
 Stdlib only, like the rest of the orchestrator's side.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -82,9 +84,19 @@ def _choices(kind: str, choices: Sequence[Any] | None) -> Sequence[Any]:
 
 def known_for(spec: StudySpec) -> KnownMetrics | None:
     """What the study's trials can report, or ``None`` for a trainer that is not known (a
-    custom entry point, a command)."""
+    custom entry point, a command without ``trainer.metrics_pattern``). A command with a
+    pattern reports its named groups but ``step``."""
+    if spec.trainer.command is not None:
+        if spec.trainer.metrics_pattern is None:
+            return None
+        groups = set(re.compile(spec.trainer.metrics_pattern).groupindex) - {"step"}
+        return KnownMetrics(
+            trainer="trainer.metrics_pattern (a named group per metric; a script reporting "
+            "with dvt_hpo.report needs no pattern)",
+            epoch=frozenset(groups),
+        )
     target = KNOWN_BY_ENTRYPOINT.get(spec.trainer.entrypoint)
-    if target is None or spec.trainer.command is not None:
+    if target is None:
         return None
     known_of = _function(target)
     config = spec.trainer.config

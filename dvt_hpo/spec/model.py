@@ -54,15 +54,13 @@ COMMAND_ENTRYPOINT = "dvt_hpo.command:run"
 
 @dataclass(frozen=True)
 class SamplerSpec:
-    kind: str = "tpe"  # tpe | random | cmaes | qmc | gp | grid | nsga2
+    kind: str = "tpe"  # a kind of dvt_hpo.sampling.kinds.SAMPLERS
     kwargs: dict[str, Any] = field(default_factory=dict)  # passed to the Optuna class (seed, ...)
 
 
 @dataclass(frozen=True)
 class PrunerSpec:
-    # median | percentile | successive_halving | hyperband | threshold | wilcoxon |
-    # wilcoxon_halving | mo_asha | none
-    kind: str = "median"
+    kind: str = "median"  # a kind of dvt_hpo.sampling.kinds.PRUNERS
     kwargs: dict[str, Any] = field(default_factory=dict)
 
 
@@ -151,27 +149,20 @@ class StudySection:
     timeout_s: float | None = rule(
         None, gt=0, doc="Seconds after which this run launches no new trial."
     )  # for this invocation
-    # The loader always fills these: the measured defaults live in dvt_hpo.studyfile.defaults.
+    # The loader always fills these. The kinds, the defaults and their texts in the generated
+    # reference are the registry's (dvt_hpo.sampling.kinds), which this module sits below.
     sampler: SamplerSpec = domain(
         default_factory=SamplerSpec,
         doc="The Optuna sampler: a kind, or a mapping of `kind` and the Optuna class's keyword "
         "arguments (`{kind: tpe, seed: 0}`); arguments without a kind go over the default.",
-        accepts="a kind (`tpe`, `random`, `cmaes`, `qmc`, `gp`, `grid`, `nsga2`, `nsga3`, "
-        "`bruteforce`, `rung_tpe`: TPE fitted on each trial's value at the highest epoch "
-        "`min_trials` finished trials reached, pruned ones included; `mf_gp`: a GP over "
-        "(config, epoch) fitted on every trial's curve, as MOBSTER's) or "
-        "`{kind: ..., <argument>: ...}`",
-        shown_default="`mf_gp` (with `objective.constraints`: `{kind: tpe, multivariate: false, "
-        "consider_endpoints: true}`; several objectives: `nsga2`)",
+        accepts="a kind or `{kind: ..., <argument>: ...}` (the reference lists the kinds)",
+        shown_default="the default of the study's shape (the reference names it)",
     )
     pruner: PrunerSpec = domain(
         default_factory=PrunerSpec,
         doc="The Optuna pruner, written like the sampler; `null` or `none` switches pruning off.",
-        accepts="a kind (`median`, `percentile`, `successive_halving`, `hyperband`, `threshold`, "
-        "`wilcoxon`, `wilcoxon_halving`: successive halving's rungs and the Wilcoxon test, "
-        "either stopping a trial; `none`), `{kind: ..., <argument>: ...}` or null",
-        shown_default="`wilcoxon` (with `objective.constraints`: `wilcoxon_halving`, rungs at "
-        "steps 3, 9, 27, ..., none at a trial's last report; several objectives: `none`)",
+        accepts="a kind, `{kind: ..., <argument>: ...}` or null (the reference lists the kinds)",
+        shown_default="the default of the study's shape (the reference names it)",
     )
     # A count (int >= 1) or a share of n_trials (0 < float < 1); the loader rejects a share
     # without n_trials.
@@ -384,6 +375,25 @@ class TrialsSpec:
         doc="At most one resume save per this many seconds, at the end of an epoch (0: every "
         "epoch).",
     )
+    pause: bool = rule(
+        False,
+        doc="A trial the pruner stops before its last epoch is paused, its resume state kept, "
+        "and continued when it ranks in the top of its step (asynchronous successive halving's "
+        "promotion); needs `resume` (on by itself when left out).",
+    )  # docs/pause.md
+    paused_max: int | None = rule(
+        None,
+        ge=1,
+        doc="At most this many paused states kept; past it the least promising is evicted "
+        "(its trial stays pruned).",
+        shown_default="no cap",
+    )
+    paused_max_gb: float | None = rule(
+        None,
+        gt=0,
+        doc="At most this many GB of paused states; past it the least promising are evicted.",
+        shown_default="no cap",
+    )
 
 
 @dataclass(frozen=True)
@@ -452,7 +462,16 @@ class Dimension:
         doc="The kind of value sampled; `bool` is a categorical of false and true."
     )
     path: str = domain(
-        doc="The trainer config's field the value is written to.", accepts="a dotted path"
+        doc="The trainer config's field the value is written to, one the config has unless "
+        "`new_key` is set.",
+        accepts="a dotted path",
+        shown_default="the name, for a `trainer.command` (its `{name}`); required otherwise",
+    )
+    new_key: bool = rule(
+        False,
+        doc="The path adds a key that a schema-less `trainer.config` lacks, on purpose (else "
+        "it is refused as a typo: the trainer would never read the value; a `trainer.command` "
+        "placeholder naming the dimension needs no flag).",
     )
     low: float | int | None = domain(
         None, doc="The smallest value (`float` and `int`).", accepts="a number"

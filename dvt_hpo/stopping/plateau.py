@@ -82,6 +82,7 @@ class PlateauWatch:
         self.direction = direction
         self.prior_best = prior_best
         self.values: list[float | None] = []
+        self.reached = False  # the plateau was reached: the study is over (trials.pause)
 
     @classmethod
     def for_study(cls, spec: StudySpec, trials: Sequence[Any]) -> PlateauWatch:
@@ -103,6 +104,7 @@ class PlateauWatch:
             self.values, self.trials, self.min_delta, self.direction, self.prior_best
         ):
             return None
+        self.reached = True
         return plateau_message(
             self.trials, self.min_delta, _best(self.values, self.prior_best, self.direction)
         )

@@ -251,16 +251,45 @@ class OutageRetry:
         self._retry_s = retry_s
         self._out = out
         self._down_since: float | None = None  # monotonic time the outage was first seen
+        self._back_at: float | None = None  # monotonic time the last outage ended
 
     def __call__(self, call: Callable[[], T], what: str) -> T:
         result = with_retry(
             call, retry_s=self._retry_s, what=what, url=self._url, on_retry=self._on_retry
         )
+        self._ended()
+        return result
+
+    def _ended(self) -> None:
+        """A call went through: an outage under way is over."""
         if self._down_since is not None:
             down_s = time.monotonic() - self._down_since
             self._down_since = None
+            self._back_at = time.monotonic()
             self._out(f"database reachable again after {down_s:.0f} s")
+
+    def once(self, call: Callable[[], T]) -> T:
+        """``call()`` tried once, its errors raised, but a failure to reach the database still
+        counts as an outage (and a success after one ends it): a background thread's periodic
+        call (heartbeats) is not worth retrying, yet the outage it met must keep this worker
+        from judging others' heartbeats, which could not land either (:meth:`met_outage_within`).
+        A worker whose only storage calls during an outage were those would otherwise fail
+        every other worker's live trials as stale the moment the database came back."""
+        try:
+            result = call()
+        except Exception as exc:
+            if is_connection_error(exc):
+                self._on_retry(exc, 0.0)
+            raise
+        self._ended()
         return result
+
+    def met_outage_within(self, seconds: float) -> bool:
+        """Whether the database is unreachable now or was within the last ``seconds``: no
+        worker could record a heartbeat then, so none can be judged stale by it yet."""
+        if self._down_since is not None:
+            return True
+        return self._back_at is not None and time.monotonic() - self._back_at < seconds
 
     def _on_retry(self, exc: BaseException, waited_s: float) -> None:
         if self._down_since is None:

@@ -49,7 +49,7 @@ ADVISORY_KEY = int.from_bytes(hashlib.sha256(b"dvt-hpo:create").digest()[:8], "b
 # How long a worker waits for another one to finish creating the schema and the study. A
 # holder that died releases the lock at once (its connection or process ends), so the wait
 # only bounds a live holder that makes no progress; 128 workers started together on 2 cores
-# took 6 minutes to create and load (benchmarks/many_workers.py).
+# took 6 minutes to create and load (benchmarks/overheads/many_workers.py).
 LOCK_TIMEOUT_S = 900
 # How long a worker waits for another one to enqueue retries before leaving it to its next
 # sweep (the failed attempts are marked, so nothing is lost by waiting).

@@ -3,7 +3,7 @@
 Optuna's ``get_n_trials`` and ``get_all_trials`` build a full ``FrozenTrial`` (params, values,
 every attribute and intermediate value) for each trial they count or return: on a PostgreSQL
 study of 20,000 trials each such read took 10 to 15 s, and a worker joining it made four
-(``benchmarks/long_study.py``). The counts and marks below are one or two indexed queries.
+(``benchmarks/overheads/long_study.py``). The counts and marks below are one or two indexed queries.
 Journal storages have no SQL: there Optuna's own reads serve, on trials it holds in memory.
 """
 

@@ -128,6 +128,12 @@ class HeartbeatSettings:
 # left out of trials.max_retries (node_health.machine_retry_limit caps them).
 MACHINE_ATTR = "dvt_hpo:machine_failure"
 MACHINE_RETRIES_ATTR = "dvt_hpo:machine_retries"
+# trials.pause: set on an attempt, to its own number, before it is told PRUNED with its resume
+# state kept (dvt_hpo.recovery.pause); the number, not True, as RETRY_ATTR: a copy never matches.
+PAUSED_ATTR = "dvt_hpo:paused"
+# On a copy: how many attempts before it in its chain were paused (not failed): they are not
+# retries, so they never use up trials.max_retries.
+PAUSES_ATTR = "dvt_hpo:pauses"
 
 
 def retry_callback(max_retries: int | None) -> Any:
@@ -159,6 +165,12 @@ def retry_callback(max_retries: int | None) -> Any:
         )
         if machine:
             fresh.system_attrs[MACHINE_RETRIES_ATTR] = machine
+        # And how many of its chain were paused, not failed (trials.pause).
+        pauses = int(trial.system_attrs.get(PAUSES_ATTR) or 0) + (
+            trial.system_attrs.get(PAUSED_ATTR) == trial.number
+        )
+        if pauses:
+            fresh.system_attrs[PAUSES_ATTR] = pauses
         callback(study, fresh)
 
     return retry
@@ -348,6 +360,8 @@ def supports_heartbeat(storage: Any) -> bool:
 __all__ = [
     "MACHINE_ATTR",
     "MACHINE_RETRIES_ATTR",
+    "PAUSED_ATTR",
+    "PAUSES_ATTR",
     "HeartbeatSettings",
     "check_storage_driver",
     "check_schema",

@@ -21,17 +21,26 @@ from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.config.paths import get_path, set_path
 from dvt_hpo.sampling import space
+from dvt_hpo.wire.trial_dir import TrialDir
 
 if TYPE_CHECKING:
     import optuna
 
-    from dvt_hpo.studyfile import StudySpec
+    from dvt_hpo.spec.model import StudySpec
 
 TRIAL_ATTR = "dvt_hpo:config"  # trial system attr: the key of its run's base config
 STUDY_PREFIX = "dvt_hpo:config:"  # study system attr prefix: key -> base config record
 # Config fields that name files or folders: trials run in the study file's folder, so a
 # relative value there is made absolute for a config that may be trained from anywhere.
-PATH_FIELDS = ("data.root", "data.val_root", "output_dir", "checkpoint.dir")
+# The built-in trainer's, and the deepvisiontools backend's dataset roots (data.train/valid).
+PATH_FIELDS = (
+    "data.root",
+    "data.val_root",
+    "data.train",
+    "data.valid",
+    "output_dir",
+    "checkpoint.dir",
+)
 
 
 def base_record(spec: StudySpec) -> dict[str, Any]:
@@ -78,7 +87,7 @@ def trial_run_config(spec: StudySpec, params: Mapping[str, Any], number: int) ->
     config = space.apply(spec.trainer.config, spec.search_space, params)
     if spec.trainer.entrypoint == BUILTIN_ENTRYPOINT:
         config.setdefault("checkpoint", {})["enable_checkpointing"] = False
-        config["output_dir"] = str(spec.trials.runs_dir / f"trial-{number:04d}" / "output")
+        config["output_dir"] = str(TrialDir.of(spec.trials.runs_dir, number).output)
     elif has_path(config, "checkpoint.enable_checkpointing"):
         set_path(config, "checkpoint.enable_checkpointing", False)
     return config

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from dvt_hpo.batch.cache import StudyCache
+from dvt_hpo.optuna_api.private import set_trial_user_attrs
 from dvt_hpo.process.launch import Launcher
 from dvt_hpo.results.outcome import TrialOutcome
 from dvt_hpo.study.observers import Observers
@@ -59,6 +60,18 @@ class StudyHandle:
     # goes with each finished trial's event.
     budget: BudgetWatch | None = None
     out: Callable[[str], None] | None = None  # the run's lines (trials.resume says one)
+
+    def set_trial_attrs(self, trial_id: int, attrs: Mapping[str, Any]) -> None:
+        """Store ``attrs`` as user attrs of trial ``trial_id`` in one transaction (not one per
+        attr, each a sync of SQLite's log); a trial another worker already failed as stale
+        (and retried) keeps its record."""
+        import optuna
+
+        with self.lock:
+            try:
+                self.db(lambda: set_trial_user_attrs(self.storage, trial_id, attrs), "recording")
+            except optuna.exceptions.UpdateFinishedTrialError:
+                return
 
 
 __all__ = ["Retrying", "StudyHandle"]

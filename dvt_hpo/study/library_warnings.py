@@ -27,8 +27,7 @@ WILCOXON_NO_CURVE = (
 MEANINGS = {
     WILCOXON_NO_CURVE: "note: the Wilcoxon test prunes nothing until a trial that reported a "
     "curve is the best: it compares each trial's epochs with the best trial's, and the best "
-    "trial so far reported no per-epoch values (the default pruner's successive-halving rungs "
-    "still stop trials)",
+    "trial so far reported no per-epoch values",
 }
 
 

@@ -1,14 +1,16 @@
-"""The study loop: ask -> launch -> tell, the budget, the stopping rules, the observers.
+"""The study loop: ask -> launch -> tell, the stopping rules, the observers.
 
-The CLI builds a :class:`~dvt_hpo.studyfile.StudySpec`; :class:`StudyRunner` supervises; each
+The CLI builds a :class:`~dvt_hpo.spec.model.StudySpec`; :class:`StudyRunner` supervises; each
 :class:`~dvt_hpo.study.trial_run.TrialRun` owns one trial's process group and control socket. The
 orchestrator never imports torch: trials run in their own processes.
 
-What has no run state lives elsewhere: stopping rules in :mod:`dvt_hpo.stopping.rules`, printed
-wording in :mod:`dvt_hpo.study.messages`, a trial's config in :mod:`dvt_hpo.store.trial_config`,
-recovery and the budget in :mod:`dvt_hpo.recovery.retries`, the study's end as an event in
-:mod:`dvt_hpo.results.front`. This module stays one class because every method left shares the
-run's state: the study lock, the running trials, the ledger and the event queue.
+The loop composes and the layers answer: whether to launch is one policy
+(:mod:`dvt_hpo.study.launch_policy`: ``study.timeout_s``, the caller's gate, the budget's
+decision), starting a trial is :mod:`dvt_hpo.study.starter`, stopping rules are
+:mod:`dvt_hpo.stopping.rules`, printed wording :mod:`dvt_hpo.study.messages`, the count of
+``study.n_trials`` the ledger of :mod:`dvt_hpo.budget.ledger`. This module stays one class
+because every method left shares the run's state: the study lock, the running trials, the ledger
+and the event queue.
 """
 
 from __future__ import annotations
@@ -19,27 +21,24 @@ import logging
 import os
 import queue
 import threading
-import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.batch.cache import StudyCache
 from dvt_hpo.budget import compute as compute_budget
+from dvt_hpo.budget.ledger import Budget, Ledger
+from dvt_hpo.budget.trials import PRIOR_ATTR
 from dvt_hpo.devices import slots as device_slots
 from dvt_hpo.exceptions import DvtHpoError, StudyStopped
-from dvt_hpo.optuna_api.private import frozen_at_ask, set_trial_user_attrs, trial_id_of
 from dvt_hpo.process.import_path import child_pythonpath
-from dvt_hpo.recovery import kill_points, resume, stopped_nodes
+from dvt_hpo.recovery import leftovers, stopped_nodes
 from dvt_hpo.recovery import retries as recovery
 from dvt_hpo.results.events import (
     StudyEnded,
     StudyObserver,
-    StudyStarted,
-    TrialStarted,
 )
 from dvt_hpo.results.front import study_ended
-from dvt_hpo.results.outcome import TrialOutcome
-from dvt_hpo.sampling import space
+from dvt_hpo.results.outcome import TrialOutcome, trial_state
 from dvt_hpo.stopping import plateau
 from dvt_hpo.stopping import rules as stop_rules
 from dvt_hpo.stopping.signals import StopSignals
@@ -48,31 +47,27 @@ from dvt_hpo.store import trial_config
 from dvt_hpo.store.errors import OutageRetry
 from dvt_hpo.study import messages as run_messages
 from dvt_hpo.study.handle import StudyHandle
-from dvt_hpo.study.observers import ObserverFactory, Observers
+from dvt_hpo.study.launch_policy import LaunchPolicy
+from dvt_hpo.study.observers import ObserverFactory, Observers, started_event
+from dvt_hpo.study.pausing import PauseKeeper
 from dvt_hpo.study.setup import (
     check_runs_dir,
     launcher_for,
     open_for_run,
-    reseeded_sampler,
-    study_settings,
 )
-from dvt_hpo.study.trial_run import TrialRun, tell
+from dvt_hpo.study.starter import TrialStarter
+from dvt_hpo.study.sweeper import Sweeper
+from dvt_hpo.study.trial_run import TrialRun
 from dvt_hpo.text.redact import redact_url
 
 if TYPE_CHECKING:
     import optuna
 
-    from dvt_hpo.studyfile import StudySpec
+    from dvt_hpo.spec.model import StudySpec
 
 # Exit code of a run stopped by Ctrl-C (128 + SIGINT), as shells report it.
 EXIT_INTERRUPTED = 130
 _log = logging.getLogger(__name__)
-T = TypeVar("T")
-
-
-# How often a run with no trial of its own running re-reads the study while other workers'
-# trials run (one small query of the unfinished trials).
-FOREIGN_POLL_S = 1.0
 
 
 class StudyRunner:
@@ -119,13 +114,11 @@ class StudyRunner:
         self.study: optuna.Study
         self.storage: Any
         self.cache: StudyCache
-        self.ledger: recovery.Ledger
-        self._stop_heartbeat = threading.Event()
+        self.ledger: Ledger
         self.outcomes: list[TrialOutcome] = []
         self.config_key = ""
-        self._reseeded = False
-        self._awaited: tuple[int, ...] = ()
         self._plateau: plateau.PlateauWatch | None = None  # study.plateau, from the loop's start
+        self.pausing: PauseKeeper | None = None  # trials.pause
         self.stop_signals: StopSignals | None = None  # while the loop runs
         # Set when this worker is told to stop (Ctrl-C, SIGTERM): its trials' threads read it.
         self.worker_stopped = threading.Event()
@@ -161,21 +154,30 @@ class StudyRunner:
             finished=self.events.put,
             fail_attempt=self.fail_attempt,
             worker_stopped=self.worker_stopped,
-            budget=compute_budget.watch(self),  # study.budget: gates launches, strict stops
+            # study.budget: its decisions gate launches and stop strict ones (LaunchPolicy)
+            budget=compute_budget.watch(
+                self.spec, self.storage, self.study_id, study_lock=self.study_lock, db=self.db
+            ),
             out=self.out,
         )
-        self.ledger = recovery.Ledger(
+        self.ledger = Ledger(
             self.study, self.storage, self.study_id, max_retries=self.spec.trials.max_retries
         )
         self.config_key = trial_config.store_base(self.storage, self.study_id, self.spec)
-        self._reconcile()
+        self.sweeper = Sweeper(
+            self.spec,
+            self.study,
+            self.storage,
+            self.study_lock,
+            self.retry_lock,
+            self.db,
+            self.running,
+        )
+        self.pausing = PauseKeeper.of(self.handle, self.retry_lock, lambda line: self.out(line))
+        self.sweeper.sweep()
         if self.retry_failed:
             numbers = recovery.retry_failed(self.study, lock=self.retry_lock)
-            self.out(
-                f"--retry-failed: trial(s) {', '.join(map(str, numbers))} enqueued again"
-                if numbers
-                else "--retry-failed: no failed trial to retry"
-            )
+            self.out(run_messages.retry_failed_line(numbers))
         return self.study
 
     # -- budget and recovery ------------------------------------------------------------
@@ -194,31 +196,16 @@ class StudyRunner:
             lock=self.retry_lock,
         )
 
-    def _reconcile(self) -> None:
-        with self.study_lock:
-            recovery.reconcile(
-                self.study,
-                self.storage,
-                grace_period_s=self.spec.study.grace_period_s,
-                max_retries=self.spec.trials.max_retries,
-                is_ours=self.running.__contains__,
-                lock=self.retry_lock,
-                on_failed=resume.sweep_hook(self.spec),
-            )
+    def _close_leftovers(self) -> None:
+        """Once ``study.budget`` is spent, no retry copy is left WAITING (docs/budgets.md)."""
+        why = self.handle.budget.exhausted() if self.handle.budget is not None else None
+        if why is not None and (closed := self.sweeper.close_leftovers(why)):
+            self.out(leftovers.closed_line(why, closed))
 
-    def budget(self) -> recovery.Budget:
+    def budget(self) -> Budget:
         with self.study_lock:
             self.db(self.ledger.refresh, "counting the budget")
             return self.ledger.budget(self.running.__contains__)
-
-    def _heartbeat_loop(self) -> None:
-        interval_s = self.spec.study.heartbeat_interval_s
-        while not self._stop_heartbeat.wait(interval_s):
-            for run in list(self.running.values()):
-                with contextlib.suppress(Exception), self.study_lock:
-                    recovery.record_heartbeat(self.storage, run.trial_id)
-            with contextlib.suppress(Exception):
-                self._reconcile()
 
     # -- the loop -----------------------------------------------------------------------
     def run(self) -> optuna.Study:
@@ -239,19 +226,7 @@ class StudyRunner:
         n_trials = spec.study.n_trials
         budget = self.budget()
         where = redact_url(spec.study.storage)
-        self.observers.study_started(
-            StudyStarted(
-                study_name=spec.study.name,
-                storage=where,
-                direction=",".join(spec.objective.directions),
-                metric=",".join(spec.objective.names),
-                n_trials=n_trials,
-                n_done=self._n_done(),
-                study_file=str(spec.path.resolve()),
-                space=study_settings(spec)["space"],
-                settings={k: v for k, v in study_settings(spec).items() if k != "space"},
-            )
-        )
+        self.observers.study_started(started_event(spec, where, self._n_done()))
         exit_code = 1
         try:
             if (
@@ -268,27 +243,20 @@ class StudyRunner:
                 self.print_summary()
                 exit_code = 0
                 return self.study
-            n_done = self._n_done()
             slots = device_slots.split_devices(
                 spec.trials.devices,
                 spec.trials.parallel,
                 nproc_per_node=spec.trials.nproc_per_node,
                 per_gpu=spec.trials.per_gpu,
             )
-            packing = spec.trials.per_gpu > 1  # also said when ignored (no GPU)
-            self.out(
-                f"study {spec.study.name!r} on {where}: "
-                f"{run_messages.objective_text(spec.objective)}; "
-                f"{run_messages.spec_algorithms_text(spec)}; "
-                + (f"{n_done}/{n_trials} trials done, " if n_trials else f"{n_done} done, ")
-                + f"{spec.trials.parallel} at a time"
-                + (f", {device_slots.packing_text(slots, spec.trials.per_gpu)}" if packing else "")
-                + (f"; resume states in {resume.resume_root(spec)}" if spec.trials.resume else "")
-            )
+            self.out(run_messages.start_line(spec, where, self._n_done(), slots))
             for note in self.launcher.notes:
                 self.out(note)
             self.out(run_messages.dashboard_hint(spec.path, spec.overrides))
             stop_message = self._loop(slots)
+            self._close_leftovers()
+            if self.pausing and stop_message is None and not self.worker_stopped.is_set():
+                self.pausing.study_over(self.budget(), plateau=self._plateau)
             self.print_summary()
             if stop_message is None:
                 stop_message = stop_rules.nothing_succeeded(self.outcomes)
@@ -308,41 +276,37 @@ class StudyRunner:
             self.launcher.close()
             self._study_ended(exit_code)
 
-    def _await_foreign(self) -> None:
-        """Say once per set of trials which RUNNING trials of other (or dead) orchestrators
-        this run waits on, their heartbeat age and the longest wait before they are retried."""
+    def _await_foreign(self, policy: LaunchPolicy) -> None:
+        """The RUNNING trials of other (or dead) workers this run waits on, said once a set."""
         with self.study_lock:
             foreign = [
                 t
-                for t in self.study.get_trials(
-                    deepcopy=False, states=(recovery.trial_state("RUNNING"),)
-                )
+                for t in self.study.get_trials(deepcopy=False, states=(trial_state("RUNNING"),))
                 if t.number not in self.running
             ]
             ages = recovery.heartbeat_ages(self.storage, foreign)
-        numbers = tuple(t.number for t in foreign)
-        if numbers and numbers != self._awaited:
-            self.out(
-                run_messages.waiting_line(
-                    numbers,
-                    ages,
-                    grace_period_s=self.spec.study.grace_period_s,
-                    heartbeat_interval_s=self.spec.study.heartbeat_interval_s,
-                )
-            )
-        self._awaited = numbers
+        policy.awaiting(
+            [t.number for t in foreign], ages, grace_period_s=self.spec.study.grace_period_s
+        )
 
     def _loop(self, slots: Sequence[device_slots.Slot]) -> str | None:
         spec = self.spec
         n_trials = spec.study.n_trials
         free_slots = list(slots)
-        heartbeat = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
-        heartbeat.start()
-        deadline = (
-            time.monotonic() + spec.study.timeout_s if spec.study.timeout_s is not None else None
+        self.sweeper.start()
+        policy = LaunchPolicy(
+            timeout_s=spec.study.timeout_s,
+            gate=self.launch_gate,
+            budget=self.handle.budget,
+            running=self.running,
+            heartbeat_interval_s=spec.study.heartbeat_interval_s,
+            ended=self.sweeper.stop,
+            out=lambda line: self.out(line),
         )
-        launching = True
         stop_message: str | None = None
+        starter = TrialStarter(
+            self.handle, self.ledger, self.config_key, self.running, lambda line: self.out(line)
+        )
         if spec.study.plateau is not None:
             with self.study_lock:
                 done = self.study.get_trials(deepcopy=False)
@@ -351,42 +315,28 @@ class StudyRunner:
         stop_signals = self.stop_signals = StopSignals(self.worker_stopped).install()
         try:
             while True:
-                if launching and deadline is not None and time.monotonic() >= deadline:
-                    launching = False
-                    self.out(f"study.timeout_s={spec.study.timeout_s:g} reached: no new trials")
-                if launching and free_slots and self.launch_gate is not None:
-                    refused = self.launch_gate(self.study)
-                    if refused is not None:
-                        launching = False
-                        self.out(refused)
+                policy.check(self.study, bool(free_slots))
                 foreign = 0
-                while launching and free_slots:
+                while policy.launching and free_slots:
                     budget = self.budget()
+                    if self.pausing and not budget.waiting and self.pausing.continue_one():
+                        budget = self.budget()  # the continuation is the next trial asked
                     # A failed attempt whose copy is not enqueued yet (its worker died on the
                     # way) is waited on like a foreign trial: the sweep enqueues it.
                     foreign = budget.foreign_running + budget.pending
                     if n_trials is not None and budget.used >= n_trials and not budget.waiting:
                         break
                     slot = free_slots.pop(0)
-                    if not self._launch(slot):
+                    if not starter.launch(slot, self.stop_signals):
                         free_slots.append(slot)
-                if not self.running and not (launching and foreign):
+                if not self.running and not (policy.launching and foreign):
                     # Trials of a dead orchestrator stay RUNNING until their heartbeat goes
                     # stale; waiting for them lets this worker retry them instead of leaving.
                     break
-                if launching and foreign and not self.running:
-                    self._await_foreign()
-                # Bounded, so that retries enqueued by the heartbeat reconciliation (and the
-                # study deadline) are noticed while trials run.
-                wait_s = float(spec.study.heartbeat_interval_s)
-                if launching and foreign and not self.running:
-                    # Only other workers' trials run: notice their end within about a second,
-                    # so that a worker with nothing left exits then (with --workers K, the
-                    # last one's siblings otherwise sat idle a whole heartbeat interval).
-                    wait_s = min(wait_s, FOREIGN_POLL_S)
-                if launching and deadline is not None:
-                    wait_s = min(wait_s, max(0.0, deadline - time.monotonic()))
-                outcome = stop_signals.get(self.events, wait_s)
+                only_foreign = bool(foreign) and not self.running
+                if policy.launching and only_foreign:
+                    self._await_foreign(policy)
+                outcome = stop_signals.get(self.events, policy.wait_s(only_foreign=only_foreign))
                 if outcome is None:
                     continue
                 run = self.running.pop(outcome.number)
@@ -395,31 +345,34 @@ class StudyRunner:
                     with self.study_lock:
                         self.ledger.told(outcome.told)
                 self._record(outcome)
+                if outcome.paused and self.pausing is not None:
+                    self.pausing.after_pause()
                 if (broken := node_watch.finished(self.outcomes)) is not None:
-                    launching, stop_message = False, broken  # exit 1; its trials are retried
+                    policy.stop()
+                    stop_message = broken  # exit 1; its trials are retried
                     self._stop_running("this node looks broken")
                     continue
-                if launching and self._plateau_reached(outcome):
+                if policy.launching and self._plateau_reached(outcome):
                     # Not an error: the run ends with exit 0 once its running trials finish.
-                    launching = False
-                if outcome.state == "FAIL" and not outcome.interrupted and launching:
+                    policy.stop()
+                if outcome.state == "FAIL" and not outcome.interrupted and policy.launching:
                     stop_message = stop_rules.stop_message(
                         self.outcomes, spec.study.max_failures, n_trials
                     )
                     if stop_message is not None:
                         # The message itself is printed once, as the run's error, at the end.
-                        launching = False
+                        policy.stop()
                         if self.running:
                             self.out(
                                 "no new trials (a stopping rule was reached); waiting for "
                                 f"{len(self.running)} running trial(s)"
                             )
         except KeyboardInterrupt:
-            self._interrupt()
+            self._stop_running("interrupted")
             raise
         finally:
             stop_signals.restore()
-            self._stop_heartbeat.set()
+            self.sweeper.stop.set()
         return stop_message
 
     def _plateau_reached(self, outcome: TrialOutcome) -> bool:
@@ -433,107 +386,6 @@ class StudyRunner:
         if self.running:
             self.out(f"waiting for {len(self.running)} running trial(s)")
         return True
-
-    def _launch(self, slot: device_slots.Slot) -> bool:
-        """Ask for a trial and start it in ``slot``; False when the study's budget turned out
-        to be used up by another worker between our count and our ask."""
-        signals = self.stop_signals or StopSignals()
-        with signals.deferred(), self.study_lock:  # a Ctrl-C here is raised in the try below
-            trial = self.db(self.study.ask, "asking for a trial")
-        kill_points.reached("ask")
-        try:
-            signals.check()
-            return self._start(trial, slot)
-        except KeyboardInterrupt:
-            # Stopped before it ran: recorded for a retry, as a running trial would be.
-            with contextlib.suppress(Exception), self.study_lock:
-                self.fail_attempt(trial_id_of(trial))
-            raise
-        except Exception as exc:
-            if self._ended_elsewhere(trial, exc):
-                return False
-            # Nothing runs for this trial: end it with the reason, not RUNNING until stale.
-            with contextlib.suppress(Exception), self.study_lock:
-                reason = f"orchestrator error: {type(exc).__name__}: {exc}"
-                attrs = {"status": "failed", "reason": reason}
-                set_trial_user_attrs(self.storage, trial_id_of(trial), attrs)
-                tell(self.study, trial, state=recovery.trial_state("FAIL"), skip_if_finished=True)
-            raise
-
-    def _ended_elsewhere(self, trial: optuna.Trial, exc: Exception) -> bool:
-        """Whether another worker's stale sweep finished ``trial`` before its launch (an
-        overloaded machine): that worker recorded it and queued its copy; this one goes on."""
-        import optuna
-
-        if not isinstance(exc, optuna.exceptions.UpdateFinishedTrialError):
-            return False
-        with self.study_lock:
-            trial_id = trial_id_of(trial)
-            stored = self.db(lambda: self.storage.get_trial(trial_id), "reading a trial")
-        retried = recovery.RETRY_ATTR in stored.system_attrs
-        grace_s = self.spec.study.grace_period_s
-        self.out(run_messages.ended_before_start(trial.number, retried=retried, grace_s=grace_s))
-        return True
-
-    def _start(self, trial: optuna.Trial, slot: device_slots.Slot) -> bool:
-        spec = self.spec
-        with self.study_lock:
-            trial_id = trial_id_of(trial)
-            if not self._reseeded:
-                # Samplers draw lazily (at the first suggest), so re-seeding now decides this
-                # trial's params too. The first trial number a worker gets is unique among all
-                # workers of the study (the storage assigns it atomically) and is the same
-                # for a lone worker on the same study: distinct streams, reproducible alone.
-                self._reseeded = True
-                self.study.sampler = reseeded_sampler(self.spec, trial.number)
-            self.storage.set_trial_system_attr(trial_id, trial_config.TRIAL_ATTR, self.config_key)
-            # Until its first heartbeat only its start time tells other workers it is alive
-            # (dvt_hpo.recovery.stale): record one at once.
-            recovery.record_heartbeat(self.storage, trial_id)
-            kill_points.reached("start:heartbeat")
-            started = frozen_at_ask(trial)  # what the ledger and the retry mark need
-            retried = recovery.retried_trial_number(started)
-            # A copy stands in its original's place (the first of its chain): over budget
-            # when that was, e.g. an attempt asked past the budget whose worker was killed
-            # before it could close it.
-            if self._over_budget(trial.number if retried is None else retried, started):
-                # Storages number trials atomically, so "the first n_trials count" is exact
-                # across workers; the extra one is closed at once and never counted.
-                self.storage.set_trial_system_attr(trial_id, recovery.OVER_BUDGET_ATTR, True)
-                reason = "another worker took the last trial of study.n_trials first"
-                attrs = {"status": "over-budget", "reason": reason}
-                set_trial_user_attrs(self.storage, trial_id, attrs)
-                tell(self.study, trial, state=recovery.trial_state("FAIL"))
-                resume.closed_unrun(spec, self.storage.get_trial(trial_id))
-                return False
-            params = space.sample(trial, spec.search_space)
-        kill_points.reached("start:params")
-        config = trial_config.trial_run_config(spec, params, trial.number)
-        run = TrialRun(self.handle, trial, params, config, slot)
-        attrs = self.observers.trial_started(
-            TrialStarted(trial.number, trial_id, params, retried, time.time())
-        )
-        if retried is not None:
-            attrs["retry_of"] = retried
-        with self.study_lock:
-            set_trial_user_attrs(self.storage, trial_id, attrs)  # one transaction
-        self.running[trial.number] = run
-        try:
-            run.start()
-        except BaseException:
-            self.running.pop(trial.number, None)
-            raise
-        return True
-
-    def _over_budget(self, number: int, started: optuna.trial.FrozenTrial) -> bool:
-        n_trials = self.spec.study.n_trials
-        if n_trials is None:
-            return False
-        self.ledger.refresh(known=started)  # just read: not read again
-        return self.ledger.used(below=number) >= n_trials
-
-    def _interrupt(self) -> None:
-        self._stop_running("interrupted")
 
     def _stop_running(self, why: str) -> None:
         if not self.running:
@@ -574,9 +426,9 @@ class StudyRunner:
         self.observers.trial_finished(event)
 
     def _n_done(self) -> int:
-        states = (recovery.trial_state("COMPLETE"), recovery.trial_state("PRUNED"))
+        states = (trial_state("COMPLETE"), trial_state("PRUNED"))
         done = self.study.get_trials(deepcopy=False, states=states)
-        return sum(not t.system_attrs.get(recovery.PRIOR_ATTR) for t in done)  # not copied ones
+        return sum(not t.system_attrs.get(PRIOR_ATTR) for t in done)  # not copied ones
 
     def _study_ended(self, exit_code: int) -> None:
         event = StudyEnded(0, None, None, None, exit_code)

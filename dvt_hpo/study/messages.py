@@ -13,14 +13,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dvt_hpo.budget.trials import OVER_BUDGET_ATTR, PRIOR_ATTR
 from dvt_hpo.studyfile.urls import storage_kind
 from dvt_hpo.text.redact import redact_url
 
 if TYPE_CHECKING:
     import optuna
 
+    from dvt_hpo.devices.slots import Slot
     from dvt_hpo.results.events import TrialFinished
     from dvt_hpo.results.front import Best
+    from dvt_hpo.sampling.kinds import Kind
     from dvt_hpo.spec.model import StudySection, StudySpec
     from dvt_hpo.studyfile import ObjectiveSpec
 
@@ -32,36 +35,6 @@ def objective_text(objective: ObjectiveSpec) -> str:
     return describe_objective(objective)
 
 
-_SAMPLER_NAMES = {
-    "tpe": "TPE",
-    "random": "random",
-    "cmaes": "CMA-ES",
-    "qmc": "QMC",
-    "gp": "GP",
-    "grid": "grid",
-    "nsga2": "NSGA-II",
-    "nsga3": "NSGA-III",
-    "bruteforce": "brute force",
-    "rung_tpe": "rung TPE",
-    "mf_gp": "multi-fidelity GP",
-}
-_PRUNER_NAMES = {
-    "successive_halving": "successive halving",
-    "hyperband": "Hyperband",
-    "wilcoxon": "Wilcoxon",
-    "wilcoxon_halving": "Wilcoxon + successive halving",
-}
-# Arguments every study of a kind is shaped by, shown even when the file leaves them to Optuna
-# (the others are shown when written): TPE's model and Wilcoxon's threshold.
-_SHOWN_ALWAYS = {
-    "tpe": ("multivariate",),
-    "rung_tpe": ("min_trials",),
-    "wilcoxon": ("p_threshold",),
-    "wilcoxon_halving": ("p_threshold", "min_resource", "reduction_factor"),
-}
-# Arguments the loader derives from the study file (the trainer's epochs), which leave a default
-# the default.
-_DERIVED = {"wilcoxon_halving": ("max_resource",)}
 _WORDS = {
     "p_threshold": "p",
     "n_startup_trials": "startup trials",
@@ -69,11 +42,14 @@ _WORDS = {
 }
 
 
-def _settings(kind: str, kwargs: Mapping[str, Any], cls: type) -> list[str]:
+def _settings(row: Kind, kwargs: Mapping[str, Any]) -> list[str]:
+    """The settings of a kind shown: those every study of it is shaped by (its row's
+    ``shown_always``: TPE's model, Wilcoxon's threshold), even when left to the class, and those
+    the file writes."""
     from dvt_hpo.sampling.optuna_factory import yaml_parameters
 
-    params = yaml_parameters(cls)
-    shown = dict.fromkeys(_SHOWN_ALWAYS.get(kind, ()))
+    params = yaml_parameters(row.load())
+    shown = dict.fromkeys(row.shown_always)
     shown.update(dict.fromkeys(k for k in kwargs if k != "search_space"))
     out = []
     for name in shown:
@@ -91,32 +67,41 @@ def _settings(kind: str, kwargs: Mapping[str, Any], cls: type) -> list[str]:
 
 
 def algorithms_text(
-    study: StudySection, *, multi_objective: bool = False, constrained: bool = False
+    study: StudySection,
+    *,
+    multi_objective: bool = False,
+    constrained: bool = False,
+    epochs: tuple[int | None, ...] = (None,),
 ) -> str:
     """``sampler TPE (univariate, seed 3) · pruner Wilcoxon (p 0.1) — the defaults``: what a
-    study uses, with the settings that shape it (the start line and ``validate`` say it)."""
-    from dvt_hpo.sampling.optuna_factory import pruner_class, sampler_class
-    from dvt_hpo.studyfile.defaults import default_algorithms
+    study uses, with the settings that shape it (the start line and ``validate`` say it).
+    ``epochs``: the curve lengths whose defaults count (the default of one objective follows
+    ``trainer.config.epochs``; None: a file that does not say)."""
+    from dvt_hpo.sampling.kinds import PRUNERS, SAMPLERS, default_algorithms
 
     sampler, pruner = study.sampler, study.pruner
-    defaults = default_algorithms(multi_objective=multi_objective, constrained=constrained)
-    default_sampler = (defaults[0].kind, defaults[0].kwargs)
-    default_pruner = (defaults[1].kind, defaults[1].kwargs)
+    rows = [
+        default_algorithms(multi_objective=multi_objective, constrained=constrained, epochs=e)
+        for e in epochs
+    ]
+    default_samplers = [(s.kind, s.kwargs) for s, _ in rows]
+    default_pruners = [(p.kind, p.kwargs) for _, p in rows]
     # A seed, and the constant liar that parallel trials get, leave a default the default.
     own = {k: v for k, v in sampler.kwargs.items() if k not in ("seed", "constant_liar")}
-    pruner_own = {k: v for k, v in pruner.kwargs.items() if k not in _DERIVED.get(pruner.kind, ())}
+    # Arguments the loader derives from the study file (the trainer's epochs) leave a default
+    # the default.
+    derived = PRUNERS[pruner.kind].derived if pruner.kind in PRUNERS else ()
+    pruner_own = {k: v for k, v in pruner.kwargs.items() if k not in derived}
     is_default = (
-        (sampler.kind, own) == default_sampler,
-        (pruner.kind, pruner_own) == default_pruner,
+        (sampler.kind, own) in default_samplers,
+        (pruner.kind, pruner_own) in default_pruners,
     )
     parts = []
-    for what, spec, names, cls in (
-        ("sampler", sampler, _SAMPLER_NAMES, sampler_class),
-        ("pruner", pruner, _PRUNER_NAMES, pruner_class),
-    ):
-        settings = _settings(spec.kind, spec.kwargs, cls(spec.kind))
+    for what, spec, rows in (("sampler", sampler, SAMPLERS), ("pruner", pruner, PRUNERS)):
+        row = rows[spec.kind]
+        settings = _settings(row, spec.kwargs)
         shown = f" ({', '.join(settings)})" if settings else ""
-        parts.append(f"{what} {names.get(spec.kind, spec.kind)}{shown}")
+        parts.append(f"{what} {row.display}{shown}")
     line = " · ".join(parts)
     if all(is_default):
         return line + " — the defaults"
@@ -127,9 +112,17 @@ def algorithms_text(
 
 def spec_algorithms_text(spec: StudySpec) -> str:
     """:func:`algorithms_text` of a whole study file: its defaults follow its objective."""
+    from dvt_hpo.studyfile.defaults import file_epochs
+
     objective = spec.objective
+    # The loader picked the default from the file's epochs, or from none when the epochs came
+    # in with trainer.config_file (read after the choice): both rows count.
+    said = file_epochs({"trainer": {"config": spec.trainer.config}})
     return algorithms_text(
-        spec.study, multi_objective=objective.is_multi, constrained=bool(objective.constraints)
+        spec.study,
+        multi_objective=objective.is_multi,
+        constrained=bool(objective.constraints),
+        epochs=(None, said),
     )
 
 
@@ -264,8 +257,15 @@ def trial_line(event: TrialFinished, metric: str | Sequence[str]) -> str:
     reason = f" reason: {event.reason}" if event.reason and event.state != "COMPLETE" else ""
     # study.budget: spent / total once this trial is counted.
     budget = f" | budget {event.user_attrs['budget']}" if event.user_attrs.get("budget") else ""
+    # A trial the user's stop (Ctrl-C, SIGTERM, a job's end) interrupted is FAIL in Optuna, so
+    # that the next run retries it; "FAIL" would read as broken, so the line says STOPPED.
+    state = event.state
+    if state == "FAIL" and event.user_attrs.get("status") == "interrupted":
+        state = "STOPPED"
+    elif state == "PRUNED" and event.user_attrs.get("status") == "paused":
+        state = "PAUSED"  # trials.pause: its state is kept; it may continue
     return (
-        f"trial {event.number:>3} {event.state:<8} {value:<18} "
+        f"trial {event.number:>3} {state:<8} {value:<18} "
         f"{event.duration_s:6.1f}s  {fmt_params(event.params)}{extra}{reason}{budget}"
     )
 
@@ -303,12 +303,12 @@ def summary_lines(
     counts: dict[str, int] = {}
     counted = retries.counted_numbers(list(trials))
     for t in trials:
-        if t.system_attrs.get(retries.OVER_BUDGET_ATTR):
+        if t.system_attrs.get(OVER_BUDGET_ATTR):
             state = "over budget (not counted)"
-        elif t.system_attrs.get(retries.PRIOR_ATTR):
+        elif t.system_attrs.get(PRIOR_ATTR):
             state = "copied from an earlier study (not counted)"
         elif t.number not in counted:
-            state = "failed and retried"
+            state = "paused and continued" if retries.is_paused(t) else "failed and retried"
         else:
             state = t.state.name.lower()
         counts[state] = counts.get(state, 0) + 1
@@ -342,14 +342,41 @@ def retry_hint(failed: Sequence[int], study_file: Path, overrides: Sequence[str]
     )
 
 
+def retry_failed_line(numbers: Sequence[int]) -> str:
+    """What ``--retry-failed`` did: the trials enqueued again, or none."""
+    if not numbers:
+        return "--retry-failed: no failed trial to retry"
+    return f"--retry-failed: trial(s) {', '.join(map(str, numbers))} enqueued again"
+
+
+def start_line(spec: StudySpec, where: str, n_done: int, slots: Sequence[Slot]) -> str:
+    """The run's first line: the study, its objective and algorithms, what is done, the slots."""
+    from dvt_hpo.devices.slots import packing_text
+    from dvt_hpo.recovery.resume import resume_root
+
+    n_trials = spec.study.n_trials
+    packing = spec.trials.per_gpu > 1  # also said when ignored (no GPU)
+    return (
+        f"study {spec.study.name!r} on {where}: "
+        f"{objective_text(spec.objective)}; "
+        f"{spec_algorithms_text(spec)}; "
+        + (f"{n_done}/{n_trials} trials done, " if n_trials else f"{n_done} done, ")
+        + f"{spec.trials.parallel} at a time"
+        + (f", {packing_text(slots, spec.trials.per_gpu)}" if packing else "")
+        + (f"; resume states in {resume_root(spec)}" if spec.trials.resume else "")
+    )
+
+
 __all__ = [
     "algorithms_text",
     "spec_algorithms_text",
+    "start_line",
     "dashboard_available",
     "dashboard_hint",
     "fmt_params",
     "follow_up",
     "objective_text",
+    "retry_failed_line",
     "retry_hint",
     "shown_path",
     "summary_lines",

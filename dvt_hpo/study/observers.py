@@ -27,7 +27,7 @@ from dvt_hpo.results.events import (
 if TYPE_CHECKING:
     import optuna
 
-    from dvt_hpo.studyfile import StudySpec
+    from dvt_hpo.spec.model import StudySpec
 
 
 class Observers:
@@ -90,4 +90,22 @@ class ObserverFactory(Protocol):
     ) -> tuple[LineView | None, list[BaseObserver]]: ...
 
 
-__all__ = ["LineView", "ObserverFactory", "Observers"]
+def started_event(spec: StudySpec, where: str, n_done: int) -> StudyStarted:
+    """What the observers hear when a run starts (``where``: the storage, secrets out)."""
+    from dvt_hpo.study.setup import study_settings
+
+    settings = study_settings(spec)
+    return StudyStarted(
+        study_name=spec.study.name,
+        storage=where,
+        direction=",".join(spec.objective.directions),
+        metric=",".join(spec.objective.names),
+        n_trials=spec.study.n_trials,
+        n_done=n_done,
+        study_file=str(spec.path.resolve()),
+        space=settings["space"],
+        settings={k: v for k, v in settings.items() if k != "space"},
+    )
+
+
+__all__ = ["LineView", "ObserverFactory", "Observers", "started_event"]

@@ -36,7 +36,14 @@ if TYPE_CHECKING:
 
     from dvt_hpo.spec.model import Dimension, StudySpec
 
-__all__ = ["SEEDED_ATTR", "Seeds", "read_warm_start", "seed_study"]
+__all__ = [
+    "SEEDED_ATTR",
+    "Seeds",
+    "read_warm_start",
+    "seed_study",
+    "seeds_text",
+    "warm_start_unless_seeded",
+]
 
 SEEDED_ATTR = "dvt_hpo:seeded"  # study system attr: what was enqueued, once per study
 Lock = Callable[[], contextlib.AbstractContextManager[Any]]
@@ -123,6 +130,35 @@ def read_warm_start(spec: StudySpec) -> Seeds:
     return seeds
 
 
+def warm_start_unless_seeded(spec: StudySpec) -> Seeds | None:
+    """The warm start read (every refusal of it raised) before anything is written, or
+    ``None`` when there is none to read: no ``study.warm_start``, or a study seeded already,
+    whose resume must not need the earlier study any more. Nothing is written anywhere."""
+    if spec.study.warm_start is None:
+        return None
+    from dvt_hpo.store.opening import StudyAt
+
+    stored = StudyAt.of(spec).read()
+    if stored is not None and stored.system_attrs.get(SEEDED_ATTR):
+        return None
+    return read_warm_start(spec)
+
+
+def seeds_text(spec: StudySpec, seeds: Seeds) -> str:
+    """What a warm start will run first, as validate says it."""
+    warm = spec.study.warm_start
+    assert warm is not None
+    text = f"warm start: {len(seeds.configs)} best config(s) of {warm.study!r} run first"
+    if seeds.priors:
+        text += f", {len(seeds.priors)} of its trials copied for the sampler"
+    if seeds.left_out:
+        text += (
+            f"; {len(seeds.left_out)} no longer fit the search space, left out: "
+            f"{'; '.join(seeds.left_out[:5])}"
+        )
+    return text
+
+
 def complete_all(trials: list[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
     return [t for t in trials if t.state.name == "COMPLETE" and not t.system_attrs.get(PRIOR_ATTR)]
 
@@ -162,13 +198,16 @@ def seed_study(
     spec: StudySpec,
     lock: Lock,
     out: Callable[[str], None],
+    seeds: Seeds | None = None,
 ) -> None:
-    """Enqueue ``study.enqueue`` and the warm start, once per study (see the module)."""
+    """Enqueue ``study.enqueue`` and the warm start, once per study (see the module);
+    ``seeds``: the warm start read before the study was opened (read here when ``None``)."""
     if not spec.study.enqueue and spec.study.warm_start is None:
         return
     if storage.get_study_system_attrs(study_id).get(SEEDED_ATTR):
         return
-    seeds = read_warm_start(spec)  # before the lock: another database, maybe slow
+    if seeds is None:
+        seeds = read_warm_start(spec)  # before the lock: another database, maybe slow
     with lock():
         if storage.get_study_system_attrs(study_id).get(SEEDED_ATTR):
             return

@@ -22,7 +22,7 @@ from dvt_hpo.store.lock import LOCK_TIMEOUT_S, retry_lock
 from dvt_hpo.store.opening import OpenStudy, StoredStudy, StudyAt
 from dvt_hpo.store.queries import count_trials
 from dvt_hpo.store.storage import HeartbeatSettings
-from dvt_hpo.study.seeding import seed_study
+from dvt_hpo.study.seeding import seed_study, warm_start_unless_seeded
 from dvt_hpo.studyfile import BUILTIN_ENTRYPOINT
 from dvt_hpo.text.redact import redact_url
 
@@ -48,6 +48,10 @@ def open_for_run(
     warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
     warnings.filterwarnings("ignore", message=".*fail_stale_trials is experimental")
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+    # Every refusal of the warm start (no such study, another objective) comes before the
+    # study is created or its start marked: a refused run writes nothing.
+    seeds = warm_start_unless_seeded(spec)
 
     def init(study: optuna.Study) -> None:
         # Under the storage's creation lock: workers starting at the same instant on a fresh
@@ -81,7 +85,7 @@ def open_for_run(
     # passed the retry lock's 10 s), and unlike a repair this step cannot be left for later.
     lock = functools.partial(retry_lock, spec.study.storage, study_id, timeout_s=LOCK_TIMEOUT_S)
     mark_started(storage, study_id, lock)
-    seed_study(study, storage, study_id, spec, lock, out)
+    seed_study(study, storage, study_id, spec, lock, out, seeds)
     return opened
 
 

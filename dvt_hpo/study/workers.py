@@ -33,7 +33,7 @@ from dvt_hpo.devices.slots import Slot, split_devices
 from dvt_hpo.exceptions import SpecError
 
 if TYPE_CHECKING:
-    from dvt_hpo.studyfile import StudySpec
+    from dvt_hpo.spec.model import StudySpec
 
 EXIT_INTERRUPTED = 130
 # The user's --set overrides, for the follow-up commands a worker prints (JSON list).

@@ -1,8 +1,6 @@
-"""What a study gets when its file does not say: the measured default sampler and pruner, and
-the settings Optuna would guess at run time that the study file already tells.
-
-The defaults come from ``benchmarks/search_efficiency.py`` (docs/performance/search-efficiency.md):
-the best sampler and pruner measured on the LCBench surrogate through dvt-hpo itself.
+"""The settings Optuna would guess at run time that the study file already tells (a pruner's
+resources from the trainer's epochs). The default sampler and pruner of a study file that names
+neither are the registry's: :data:`dvt_hpo.sampling.kinds.DEFAULTS`.
 """
 
 from __future__ import annotations
@@ -11,45 +9,20 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dvt_hpo.spec.model import Dimension, PrunerSpec, SamplerSpec, StudySection
+from dvt_hpo.spec.model import Dimension, PrunerSpec, StudySection
 
-__all__ = [
-    "CONSTRAINED_PRUNER",
-    "CONSTRAINED_SAMPLER",
-    "DEFAULT_PRUNER",
-    "DEFAULT_SAMPLER",
-    "default_algorithms",
-    "derive_budget_settings",
-]
-
-# What a study file that names no sampler or pruner gets: the best combination measured on the
-# LCBench surrogate through dvt-hpo itself (benchmarks/search_efficiency.py; docs/performance/
-# search-efficiency.md). Since issue 31's sixth round: a GP over (config, epoch) fitted on every
-# trial's curve, stopped ones included (dvt_hpo.sampling.mf_gp), with the Wilcoxon test against
-# the best trial: TPE without pruning's final regret in 34 % of the budget against 43 % for the
-# default before, sooner on 27 of the 33 tasks where they differ (34 tasks x 20 seeds); four at a
-# time through `dvt-hpo run`, 33 % against 46 % (8 tasks x 3 seeds).
-# Arguments written without a kind go over these.
-DEFAULT_SAMPLER = SamplerSpec("mf_gp", {})
-DEFAULT_PRUNER = PrunerSpec("wilcoxon", {})
-# With objective.constraints: the GP does not model feasibility, and Optuna's TPE does, so a
-# constrained study keeps the default before (TPE univariate, the widths of its Parzen kernels
-# taking the bounds into account, with successive halving's rungs and the Wilcoxon test:
-# dvt_hpo.sampling.wilcoxon_halving; 41 % of the budget on the same grid).
-CONSTRAINED_SAMPLER = SamplerSpec("tpe", {"multivariate": False, "consider_endpoints": True})
-CONSTRAINED_PRUNER = PrunerSpec("wilcoxon_halving", {})
+__all__ = ["derive_budget_settings", "file_epochs"]
 
 
-def default_algorithms(
-    *, multi_objective: bool = False, constrained: bool = False
-) -> tuple[SamplerSpec, PrunerSpec]:
-    """The sampler and pruner of a study file that names neither: NSGA-II and no pruning with
-    several objectives, TPE and ``wilcoxon_halving`` with constraints, else the measured best."""
-    if multi_objective:
-        return SamplerSpec("nsga2"), PrunerSpec("none")
-    if constrained:
-        return CONSTRAINED_SAMPLER, CONSTRAINED_PRUNER
-    return DEFAULT_SAMPLER, DEFAULT_PRUNER
+def file_epochs(root: Mapping[str, Any]) -> int | None:
+    """``trainer.config.epochs`` of a study file's tree, when it is a positive int (the epochs
+    a trial reports, which pick the default by the curve's length); None otherwise."""
+    trainer = root.get("trainer")
+    config = trainer.get("config") if isinstance(trainer, Mapping) else None
+    epochs = config.get("epochs") if isinstance(config, Mapping) else None
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        return None
+    return epochs
 
 
 def derive_budget_settings(
@@ -60,11 +33,11 @@ def derive_budget_settings(
     or the largest value of an ``epochs`` dimension), so its brackets are right from the first
     trial on. Left to Optuna (``auto``) when the file does not say how many epochs a trial runs.
     ``mo_asha``'s first rung (``min_resource``) is a tenth of those epochs, its last below them;
-    ``wilcoxon_halving``'s rungs stop below them too (``max_resource``)."""
+    ``wilcoxon_halving`` and ``wilcoxon`` decide below them too (``max_resource``)."""
     pruner = study.pruner
     if pruner.kind == "mo_asha":
         return _mo_asha_rungs(study, trainer_config, dims)
-    if pruner.kind == "wilcoxon_halving":
+    if pruner.kind in ("wilcoxon_halving", "wilcoxon"):
         return _rungs_below_last_epoch(study, _epochs(trainer_config, dims))
     if pruner.kind != "hyperband" or "max_resource" in pruner.kwargs:
         return study
@@ -109,8 +82,8 @@ def _mo_asha_rungs(
 
 def _rungs_below_last_epoch(study: StudySection, epochs: int | None) -> StudySection:
     """The pruner's ``max_resource``, where the file does not set it: epochs - 1, so that no
-    rung decides at a trial's last report (steps 0..E-1 or 1..E), when it has trained every
-    epoch (``mo_asha``, ``wilcoxon_halving``). Left unset (no limit) when the file does not say
+    rung or test decides at a trial's last report (steps 0..E-1 or 1..E), when it has trained
+    every epoch (``mo_asha``, ``wilcoxon_halving``, ``wilcoxon``). Left unset (no limit) when the file does not say
     how many epochs a trial runs."""
     if epochs is None or "max_resource" in study.pruner.kwargs:
         return study

@@ -31,7 +31,7 @@ from dvt_hpo.studyfile.search import read_search_space
 from dvt_hpo.studyfile.seeding import read_seeding
 from dvt_hpo.studyfile.study import check_algorithms, read_study, read_tracking
 from dvt_hpo.studyfile.trainer import read_trainer
-from dvt_hpo.studyfile.trials import check_packing, read_trials
+from dvt_hpo.studyfile.trials import check_packing, check_pause, read_trials
 from dvt_hpo.text.redact import redact_url
 
 __all__ = ["SECTIONS", "load_spec", "read_study_file", "spec_to_dict"]
@@ -108,7 +108,7 @@ def read_study_file(path: str | Path, overrides: Sequence[str] = ()) -> tuple[Do
     trials = read_trials(reader, root, study.name)
     trainer, schema = read_trainer(reader, root, deferred)
     check_packing(reader, trials, trainer)
-    dims = read_search_space(reader, root, schema, trainer.config)
+    dims = read_search_space(reader, root, schema, trainer.config, trainer.command)
     batch_size = read_batch_size(reader, root, schema, trainer.config, dims)
     check_command(reader, trainer, dims, batch_size)
     tracking = read_tracking(reader, root)
@@ -116,6 +116,7 @@ def read_study_file(path: str | Path, overrides: Sequence[str] = ()) -> tuple[Do
     study = derive_budget_settings(study, trainer.config, dims)
     cluster = read_cluster(reader, root, trials.runs_dir)
     check_algorithms(reader, study, dims)
+    check_pause(reader, trials, study, objective)
     spec = StudySpec(
         path=absolute,
         study=study,

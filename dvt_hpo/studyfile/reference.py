@@ -20,10 +20,18 @@ from pathlib import Path
 from typing import Any
 
 from dvt_hpo.config.schema import Rule, allowed_text, field_doc
+from dvt_hpo.sampling import kinds
 from dvt_hpo.spec.model import StudySpec
 from dvt_hpo.studyfile.load import SECTIONS
 
 __all__ = ["Row", "markdown", "rows", "sections", "undocumented"]
+
+# Fields whose kinds and defaults are the registry's (dvt_hpo.sampling.kinds sits above
+# dvt_hpo.spec, so their declarations cannot name them): what the reference shows comes from it.
+FROM_THE_REGISTRY: dict[str, typing.Literal["sampler", "pruner"]] = {
+    "study.sampler": "sampler",
+    "study.pruner": "pruner",
+}
 
 
 @dataclass(frozen=True)
@@ -104,10 +112,14 @@ def rows(cls: type, prefix: str) -> Iterator[Row]:
         else:
             allowed = ""
             problem = problem or f"{path}: a domain field needs accepts= (what the file writes)"
+        default = _default(f, written.default if written else None)
+        if path in FROM_THE_REGISTRY:
+            allowed = kinds.accepts_text(FROM_THE_REGISTRY[path])
+            default = kinds.default_text(FROM_THE_REGISTRY[path])
         yield Row(
             path=path,
             allowed=allowed,
-            default=_default(f, written.default if written else None),
+            default=default,
             doc=written.doc if written else None,
             problem=problem,
         )

@@ -10,13 +10,15 @@ dimension can produce must be accepted there, by type and by the config's own ru
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from typing import Any
 
+from dvt_hpo.command.template import placeholders
 from dvt_hpo.config.hints import describe, did_you_mean
-from dvt_hpo.config.paths import parse_path, set_path
+from dvt_hpo.config.paths import format_path, get_path, parse_path, set_path
 from dvt_hpo.config.schema import from_mapping, type_name, value_fits_type
 from dvt_hpo.config.source import Key
 from dvt_hpo.exceptions import SpecError
@@ -39,8 +41,14 @@ _CHOICE_TYPES = (type(None), bool, int, float, str)
 
 
 def read_search_space(
-    r: Reader, root: Mapping[str, Any], schema: type | None, config: dict[str, Any]
+    r: Reader,
+    root: Mapping[str, Any],
+    schema: type | None,
+    config: dict[str, Any],
+    command: Sequence[str] | None = None,
 ) -> tuple[Dimension, ...]:
+    """``command``: a ``trainer.command``'s argv, whose placeholders may name dimensions (a
+    dimension there needs no ``path``, and its path may add a key)."""
     key: Key = ("search_space",)
     example = "- {name: lr, kind: float, path: optim.optim_args.lr, low: 1.0e-4, high: 0.1}"
     if "search_space" not in root:
@@ -56,9 +64,10 @@ def read_search_space(
     all_names = [
         (item.get("name") or item.get("path")) if isinstance(item, dict) else None for item in items
     ]
+    named = {n for arg in command or () for n in placeholders(arg)}
     dims: list[Dimension] = []
     for i, item in enumerate(items):
-        dim = read_dimension(r, item, (*key, i), dims, all_names)
+        dim = read_dimension(r, item, (*key, i), dims, all_names, command=command is not None)
         for j, other in enumerate(dims):
             a, b = _path_parts(other.path), _path_parts(dim.path)
             n = min(len(a), len(b))
@@ -71,13 +80,19 @@ def read_search_space(
                     "dimensions may share a path only when their `when` conditions exclude "
                     "each other",
                 )
-        check_target(r, dim, (*key, i), schema, config)
+        check_target(r, dim, (*key, i), schema, config, named)
         dims.append(dim)
     return tuple(dims)
 
 
 def read_dimension(
-    r: Reader, item: Any, key: Key, earlier: Sequence[Dimension], all_names: Sequence[Any]
+    r: Reader,
+    item: Any,
+    key: Key,
+    earlier: Sequence[Dimension],
+    all_names: Sequence[Any],
+    *,
+    command: bool = False,
 ) -> Dimension:
     if not isinstance(item, dict):
         raise r.err(
@@ -85,9 +100,15 @@ def read_dimension(
             f"a dimension must be a mapping {{name, kind, path, ...}}, got {describe(item)}",
         )
     r.section(Dimension, item, key, "a dimension", keys_only=True)
-    if "path" not in item:
+    if "path" in item:
+        path = r.dotted(item["path"], (*key, "path"))
+    elif command and "name" in item:
+        # A command trainer takes its values as {name} placeholders: the name is the path.
+        path = r.dotted(item["name"], (*key, "name"))
+    elif command:
+        raise r.err(key, "a dimension needs 'name' (its {name} in trainer.command) or 'path'")
+    else:
         raise r.err(key, "a dimension needs 'path': where its value goes in the trainer config")
-    path = r.dotted(item["path"], (*key, "path"))
     name = r.value(item["name"], (*key, "name"), str) if "name" in item else path
     for j, other in enumerate(earlier):
         if other.name == name:
@@ -113,6 +134,8 @@ def read_dimension(
         dim = categorical_dimension(r, item, key, name, path, when)
     else:
         dim = Dimension(name=name, kind="bool", path=path, when=when)
+    if plain.get("new_key"):
+        dim = dataclasses.replace(dim, new_key=True)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -274,10 +297,19 @@ def read_when(
 
 
 def check_target(
-    r: Reader, dim: Dimension, key: Key, schema: type | None, config: dict[str, Any]
+    r: Reader,
+    dim: Dimension,
+    key: Key,
+    schema: type | None,
+    config: dict[str, Any],
+    named: Set[str] = frozenset(),
 ) -> None:
-    """The dimension's path exists and every value it can produce is accepted there."""
-    pkey = (*key, "path")
+    """The dimension's path exists and every value it can produce is accepted there; a path
+    that adds a key to the config is refused unless the dimension says ``new_key: true`` or a
+    command placeholder names it (a typo would tune a value nobody reads)."""
+    pkey = (*key, "path") if (*key, "path") in r.doc.locs else (*key, "name")
+    if schema is None and dim.name not in named and dim.path not in named and not dim.new_key:
+        check_existing_key(r, dim, pkey, config)
     if schema is None:
         current = config_value(r, config, dim.path, pkey, "path")
         if isinstance(current, (dict, list)):
@@ -311,6 +343,37 @@ def check_target(
                 f"dimension {dim.name!r} can produce {value!r}, which the trainer config "
                 f"rejects: {exc.field + ': ' if exc.field else ''}{exc.message}",
             ) from None
+
+
+def check_existing_key(r: Reader, dim: Dimension, pkey: Key, config: Mapping[str, Any]) -> None:
+    """Refuse a path whose last key is not in the config's mapping there (its sections exist),
+    for a config without a schema. With a schema its dataclass fields are checked by it, and
+    its free mappings are keyword arguments (``optim.optim_args``, ``model.kwargs``) that a
+    search adds to; a built-in model's are checked against the builder's signature
+    (:mod:`dvt_hpo.run.builders`)."""
+    parts = parse_path(dim.path)
+    last = parts[-1]
+    if not isinstance(last, str):
+        return
+    if len(parts) > 1:
+        try:
+            parent = get_path(config, format_path(parts[:-1]))
+        except (KeyError, IndexError, TypeError, AttributeError):
+            return  # a missing section is the path check's to say
+    else:
+        parent = config
+    if not isinstance(parent, Mapping) or last in parent:
+        return
+    where = format_path(parts[:-1]) if len(parts) > 1 else "trainer.config"
+    keys = sorted(str(k) for k in parent)
+    listing = f" (it has: {', '.join(keys)})" if 0 < len(keys) <= 12 else ""
+    hint = did_you_mean(str(last), keys)
+    raise r.err(
+        pkey,
+        f"{dim.path!r} adds key {last!r}, which {where} does not have{hint}{listing}: the "
+        "trainer would never read the value this dimension tunes; fix the path, or set "
+        "new_key: true on the dimension if the trainer reads a key the config leaves out",
+    )
 
 
 def _path_parts(path: str) -> list[str | int]:

@@ -18,8 +18,8 @@ from typing import Any
 from dvt_hpo.config.hints import describe, did_you_mean
 from dvt_hpo.config.source import Key
 from dvt_hpo.exceptions import SpecError
-from dvt_hpo.sampling import optuna_factory, space
-from dvt_hpo.sampling.mo_pruner import MULTI_OBJECTIVE_PRUNERS
+from dvt_hpo.sampling import kinds, optuna_factory, space
+from dvt_hpo.sampling.kinds import MULTI_OBJECTIVE_PRUNERS, default_algorithms
 from dvt_hpo.sampling.optuna_factory import build_pruner, build_sampler
 from dvt_hpo.spec.model import (
     Dimension,
@@ -30,7 +30,7 @@ from dvt_hpo.spec.model import (
     StudySection,
     TrackingSpec,
 )
-from dvt_hpo.studyfile.defaults import default_algorithms
+from dvt_hpo.studyfile.defaults import file_epochs
 from dvt_hpo.studyfile.fields import Reader
 from dvt_hpo.studyfile.urls import expand_env, resolve_url
 from dvt_hpo.text.redact import redact_url
@@ -98,7 +98,7 @@ def read_study(
             f"be taken for dead between two heartbeats, got {grace}",
         )
     default_sampler, default_pruner = default_algorithms(
-        multi_objective=multi_objective, constrained=constrained
+        multi_objective=multi_objective, constrained=constrained, epochs=file_epochs(root)
     )
     sampler_kind, sampler_kwargs = read_algorithm(
         r,
@@ -106,7 +106,7 @@ def read_study(
         key,
         "sampler",
         default_sampler,
-        optuna_factory.SAMPLER_CLASSES,
+        kinds.SAMPLERS,
     )
     if multi_objective:
         check_multi_objective(r, sec, key, sampler_kind)
@@ -119,7 +119,7 @@ def read_study(
         key,
         "pruner",
         default_pruner,
-        optuna_factory.PRUNER_CLASSES,
+        kinds.PRUNERS,
     )
     if pruner_kind in MULTI_OBJECTIVE_PRUNERS and not multi_objective:
         raise r.err(
@@ -236,13 +236,25 @@ def read_max_failures(
     return value
 
 
+def _class_of(kind: str, is_sampler: bool) -> type:
+    return optuna_factory.sampler_class(kind) if is_sampler else optuna_factory.pruner_class(kind)
+
+
+def _parameters(kind: str, is_sampler: bool) -> Mapping[str, Any]:
+    """The arguments a study file may give ``kind`` (empty when its package is missing)."""
+    try:
+        return optuna_factory.yaml_parameters(_class_of(kind, is_sampler))
+    except (KeyError, ImportError):
+        return {}
+
+
 def read_algorithm(
     r: Reader,
     sec: Mapping[str, Any],
     key: Key,
     name: str,
     default_spec: SamplerSpec | PrunerSpec,
-    classes: Mapping[str, str],
+    classes: Mapping[str, kinds.Kind],
 ) -> tuple[str, dict[str, Any]]:
     """``sampler:``/``pruner:``: a kind string or ``{kind: ..., **kwargs}``. Without a kind,
     ``default_spec``'s kind and arguments, the file's arguments over them."""
@@ -253,6 +265,7 @@ def read_algorithm(
         return default, dict(default_spec.kwargs)
     value = sec[name]
     kind_key = fkey
+    defaulted = False  # arguments written without a kind, over the default's
     if value is None:
         # `pruner: null` switches pruning off; `sampler: null` keeps the default.
         if is_sampler:
@@ -268,6 +281,7 @@ def read_algorithm(
             kind_key = (*fkey, "kind")
         else:
             kind, kwargs = default, {**default_spec.kwargs, **kwargs}
+            defaulted = True
     else:
         raise r.err(
             fkey,
@@ -280,8 +294,8 @@ def read_algorithm(
         raise r.err(
             kind_key, f"unknown {name} kind {describe(kind)}{hint} (kinds: {', '.join(kinds)})"
         )
-    packages = optuna_factory.SAMPLER_PACKAGES if is_sampler else optuna_factory.PRUNER_PACKAGES
-    missing = optuna_factory.missing_packages(packages.get(kind, ()))
+    row = classes[kind]
+    missing = optuna_factory.missing_packages(row.packages)
     if missing:
         noun = "package" if len(missing) == 1 else "packages"
         raise r.err(
@@ -290,23 +304,27 @@ def read_algorithm(
             f"pip install {' '.join(missing)}",
         )
     try:
-        cls = (
-            optuna_factory.sampler_class(kind) if is_sampler else optuna_factory.pruner_class(kind)
-        )
+        cls = _class_of(kind, is_sampler)
     except KeyError as exc:  # pragma: no cover - depends on the Optuna release
         raise r.err(kind_key, str(exc.args[0])) from None
     params = optuna_factory.yaml_parameters(cls)
-    built = optuna_factory.BUILT_ARGUMENTS.get(kind, ()) if is_sampler else ()
+    built = row.built
     accepted = [p for p in params if p not in built]
     what = f"{cls.__name__} ({name} kind {kind!r})"
+    if defaulted:
+        what = f"{cls.__name__} (the default {name} of this study, kind {kind!r})"
     for arg, arg_value in kwargs.items():
         akey = (*fkey, arg)
         if not isinstance(arg, str) or arg not in params:
             listing = ", ".join(accepted) if accepted else "none"
+            # Arguments without a kind go over the default's, which follows the study's shape
+            # (a short training has no pruner): say which kinds would take the argument.
+            takers = [k for k in classes if defaulted and arg in _parameters(k, is_sampler)]
+            named = f"; name a kind that takes it: {', '.join(takers)}" if takers else ""
             raise r.err(
                 akey,
                 f"unknown argument {arg!r} for {what}{did_you_mean(str(arg), accepted)} "
-                f"(accepted: {listing})",
+                f"(accepted: {listing}){named}",
             )
         if arg in built:
             raise r.err(akey, f"{arg!r} of {what} is built from search_space by dvt-hpo; remove it")
@@ -335,17 +353,12 @@ def check_multi_objective(r: Reader, sec: Mapping[str, Any], key: Key, sampler: 
         raise r.err(
             _kind_key(sec, key, "sampler"),
             f"sampler kind {sampler!r} supports one objective only, and objective.metrics lists "
-            "several; use nsga2 (the default), nsga3, tpe, gp, random, qmc or grid",
+            f"several; use {_several_objectives_text()}",
         )
     pruner = sec.get("pruner")
     kind = pruner.get("kind") if isinstance(pruner, dict) else pruner
     allowed = (None, "none", *MULTI_OBJECTIVE_PRUNERS)
-    if (
-        "pruner" in sec
-        and isinstance(kind, str)
-        and kind not in allowed
-        and kind in optuna_factory.PRUNER_CLASSES
-    ):
+    if "pruner" in sec and isinstance(kind, str) and kind not in allowed and kind in kinds.PRUNERS:
         raise r.err(
             _kind_key(sec, key, "pruner"),
             "a study with several objectives cannot be pruned by a pruner for one objective "
@@ -357,7 +370,13 @@ def check_multi_objective(r: Reader, sec: Mapping[str, Any], key: Key, sampler: 
 
 
 def _single_objective_pruners() -> list[str]:
-    return [k for k in optuna_factory.PRUNER_CLASSES if k not in MULTI_OBJECTIVE_PRUNERS]
+    return [k for k in kinds.PRUNERS if k not in MULTI_OBJECTIVE_PRUNERS]
+
+
+def _several_objectives_text() -> str:
+    """``nsga2 (the default), nsga3, tpe, ...``: the samplers for several objectives."""
+    default, *others = kinds.kinds_for_several_objectives()
+    return f"{default} (the default), " + ", ".join(others[:-1]) + f" or {others[-1]}"
 
 
 def _kind_key(sec: Mapping[str, Any], key: Key, name: str) -> Key:

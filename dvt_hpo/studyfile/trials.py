@@ -14,11 +14,12 @@ from typing import Any
 from dvt_hpo.config.hints import describe, did_you_mean
 from dvt_hpo.config.source import Key
 from dvt_hpo.config.units import format_bytes, parse_bytes
-from dvt_hpo.spec.model import TrainerSpec, TrialsSpec
+from dvt_hpo.spec.model import ObjectiveSpec, StudySection, TrainerSpec, TrialsSpec
 from dvt_hpo.studyfile.fields import Reader
 
 __all__ = [
     "check_packing",
+    "check_pause",
     "default_parallel",
     "read_devices",
     "read_memory_limit",
@@ -71,9 +72,27 @@ def read_trials(r: Reader, root: Mapping[str, Any], study_name: str) -> TrialsSp
         log_limit=read_log_limit(r, sec, key),
         keep_logs=sec.get("keep_logs", defaults.keep_logs),
         node_failures=sec.get("node_failures", defaults.node_failures),
-        resume=sec.get("resume", defaults.resume),
+        resume=read_resume(r, sec, key),
         resume_every_s=sec.get("resume_every_s", defaults.resume_every_s),
+        pause=sec.get("pause", defaults.pause),
+        paused_max=sec.get("paused_max", defaults.paused_max),
+        paused_max_gb=sec.get("paused_max_gb", defaults.paused_max_gb),
     )
+
+
+def read_resume(r: Reader, sec: Mapping[str, Any], key: Key) -> bool:
+    """``resume``; on by itself with ``pause`` (a paused trial continues from its resume
+    state), refused when the file turns it off beside ``pause: true``."""
+    resume = sec.get("resume")
+    if not sec.get("pause"):
+        return bool(resume) if resume is not None else TrialsSpec().resume
+    if resume is False:
+        raise r.err(
+            (*key, "resume"),
+            "resume=false, but pause=true keeps a paused trial's resume state to continue it "
+            "from: leave resume out (pause turns it on) or set it true",
+        )
+    return True
 
 
 def read_per_gpu(r: Reader, sec: Mapping[str, Any], key: Key, devices: Any, nproc: int) -> int:
@@ -96,6 +115,28 @@ def read_per_gpu(r: Reader, sec: Mapping[str, Any], key: Key, devices: Any, npro
             "nproc_per_node > 1",
         )
     return per_gpu
+
+
+def check_pause(
+    r: Reader, trials: TrialsSpec, study: StudySection, objective: ObjectiveSpec
+) -> None:
+    """``pause`` pauses what the pruner stops, ranked on one objective: refused where nothing
+    would ever be paused (no pruner) or ranked (several objectives)."""
+    if not trials.pause:
+        return
+    if objective.is_multi:
+        raise r.err(
+            ("trials", "pause"),
+            f"pause=true ranks paused trials on one objective, but the study has "
+            f"{len(objective.names)} ({', '.join(objective.names)}): leave pause out",
+        )
+    if study.pruner.kind == "none":
+        raise r.err(
+            ("trials", "pause"),
+            "pause=true pauses the trials the pruner stops, but study.pruner is none (the "
+            "default for curves of up to 20 epochs): nothing would ever be paused; name a "
+            "pruner, e.g. study.pruner: {kind: successive_halving}",
+        )
 
 
 def check_packing(r: Reader, trials: TrialsSpec, trainer: TrainerSpec) -> None:

@@ -31,7 +31,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
 from dvt_hpo.atomic import copy_atomic, write_atomic
 from dvt_hpo.batch import probe
-from dvt_hpo.exceptions import SpecError
+from dvt_hpo.exceptions import SpecError, TrialPruned
 from dvt_hpo.metrics import (
     accuracy_from_confusion_matrix,
     counts_from_confusion_matrix,
@@ -529,35 +529,17 @@ class Trainer:
             t0 = time.perf_counter()
             if train_sampler is not None:
                 train_sampler.set_epoch(epoch)
-            model.train()
-            loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-            seen = 0
-            n_batches = len(train_loader)
-            for i, (inputs, labels) in enumerate(train_loader):
-                inputs = inputs.to(device, non_blocking=True)
-                labels = labels.to(device, non_blocking=True)
-                group_start = i - i % accumulate
-                group_len = min(accumulate, n_batches - group_start)
-                steps_now = i - group_start == group_len - 1
-                # DDP all-reduces gradients on every backward unless told not to: only the
-                # last micro-batch of an accumulation group needs it.
-                defer = info.enabled and not steps_now
-                sync = model.no_sync() if defer else contextlib.nullcontext()
-                with sync:
-                    with precision.autocast():
-                        loss = F.cross_entropy(model(inputs), labels)
-                    scaler.scale(loss / group_len).backward()
-                loss_sum += loss.detach().double() * labels.shape[0]
-                seen += labels.shape[0]
-                if not steps_now:
-                    continue
-                optimizer_step(optimizer, scaler, raw_model, cfg.precision.grad_clip)
-                optimizer_steps += 1
-                if ema is not None:
-                    ema.update(raw_model, optimizer_steps)
-                if scheduler is not None and step_on == "step":
-                    scheduler.step()
-            train_loss = self._global_mean(loss_sum, seen)
+            train_loss, optimizer_steps = self._train_epoch(
+                model,
+                raw_model,
+                train_loader,
+                optimizer_steps,
+                optimizer=optimizer,
+                scaler=scaler,
+                precision=precision,
+                ema=ema,
+                scheduler=scheduler if step_on == "step" else None,
+            )
             metrics = {"train_loss": train_loss, **self.evaluate(eval_model, val_loader, data)}
             metrics = {key: metrics[key] for key in REPORTED_METRICS}
             epoch_s = time.perf_counter() - t0
@@ -589,28 +571,83 @@ class Trainer:
                         "class_names": list(data.class_names),
                     },
                 )
-            if self._report(epoch, metrics):
+            parts = {
+                "optimizer_steps": optimizer_steps,
+                "metrics": metrics,
+                "model": raw_model,
+                "ema": ema,
+                "optimizer": optimizer,
+                "scheduler": scheduler,
+                "scaler": scaler,
+                "generator": generator,
+            }
+            try:
+                stop = self._report(epoch, metrics)
+            except TrialPruned:
+                # trials.pause: the stop may be a pause; its continuation starts from here.
+                if getattr(self.ctx, "pause_enabled", False):
+                    self._save_resume(epoch, force=True, **parts)
+                raise
+            if stop:
                 break
-            self._save_resume(
-                epoch,
-                optimizer_steps=optimizer_steps,
-                metrics=metrics,
-                model=raw_model,
-                ema=ema,
-                optimizer=optimizer,
-                scheduler=scheduler,
-                scaler=scaler,
-                generator=generator,
-            )
+            self._save_resume(epoch, **parts)
         return {**metrics, "epochs_run": float(epochs_run)}
 
     # ---- pieces of fit ---------------------------------------------------------------------
 
-    def _save_resume(self, epoch: int, **parts: Any) -> None:
-        """``trials.resume``: the state after ``epoch`` (rank 0, when due; not after the last
-        epoch, which only the result follows)."""
+    def _train_epoch(
+        self,
+        model: nn.Module,
+        raw_model: nn.Module,
+        train_loader: Any,
+        optimizer_steps: int,
+        *,
+        optimizer: Any,
+        scaler: Any,
+        precision: Precision,
+        ema: Ema | None,
+        scheduler: Any,
+    ) -> tuple[float, int]:
+        """One pass over the training data: the epoch's mean training loss (over every rank)
+        and the optimizer steps taken so far. ``scheduler``: stepped at each optimizer step
+        (``sched.step_on: step``), else None."""
+        cfg, info, device = self.cfg, self.info, self.device
+        accumulate = cfg.precision.accumulate_steps
+        model.train()
+        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        seen = 0
+        n_batches = len(train_loader)
+        for i, (inputs, labels) in enumerate(train_loader):
+            inputs = inputs.to(device, non_blocking=True)
+            labels = labels.to(device, non_blocking=True)
+            group_start = i - i % accumulate
+            group_len = min(accumulate, n_batches - group_start)
+            steps_now = i - group_start == group_len - 1
+            # DDP all-reduces gradients on every backward unless told not to: only the
+            # last micro-batch of an accumulation group needs it.
+            defer = info.enabled and not steps_now
+            sync = model.no_sync() if defer else contextlib.nullcontext()
+            with sync:
+                with precision.autocast():
+                    loss = F.cross_entropy(model(inputs), labels)
+                scaler.scale(loss / group_len).backward()
+            loss_sum += loss.detach().double() * labels.shape[0]
+            seen += labels.shape[0]
+            if not steps_now:
+                continue
+            optimizer_step(optimizer, scaler, raw_model, cfg.precision.grad_clip)
+            optimizer_steps += 1
+            if ema is not None:
+                ema.update(raw_model, optimizer_steps)
+            if scheduler is not None:
+                scheduler.step()
+        return self._global_mean(loss_sum, seen), optimizer_steps
+
+    def _save_resume(self, epoch: int, *, force: bool = False, **parts: Any) -> None:
+        """``trials.resume``: the state after ``epoch`` (rank 0, when due or ``force``; not
+        after the last epoch, which only the result follows)."""
         due = getattr(self.ctx, "resume_due", None)
-        if epoch + 1 >= self.cfg.epochs or due is None or not due():
+        if epoch + 1 >= self.cfg.epochs or due is None or not (force or due()):
             return
         choice = getattr(self.ctx, "batch_size_choice", None)
         batch = {
@@ -619,7 +656,7 @@ class Trainer:
         }
         attrs = choice.user_attrs() if choice is not None else self._batch_attrs
         state = resume_state.capture(epoch=epoch, batch=batch, batch_attrs=attrs, **parts)
-        self.ctx.save_state(state, step=epoch)
+        self.ctx.save_state(state, step=epoch, force=force)
 
     def _choose_batch_size(self, cfg: TrainerConfig, data: DataBundle) -> TrainerConfig:
         find = getattr(self.ctx, "find_batch_size", None)

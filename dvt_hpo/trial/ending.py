@@ -8,6 +8,7 @@ exception that ended it, and the step the study pruned it at, if any) and gives 
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import traceback
 from collections.abc import Mapping
@@ -90,6 +91,31 @@ def error_result(exc: BaseException, rank: int) -> TrialResult:
     )
 
 
+def import_failed(
+    result: TrialResult, exc: BaseException, entrypoint: str, log: str | None
+) -> TrialResult:
+    """``result`` of an entry point whose import failed, with a reason that names where (the
+    innermost frame of the user's code, not the import machinery's) and the log that holds the
+    traceback: every trial would fail alike, and the reason is all the run prints."""
+    where = _where(exc)
+    text = f"{result.exc_type}: {result.message or ''}".strip()
+    reason = f"importing the entry point {entrypoint!r} failed{where}: {text}"
+    if log is not None:
+        reason += f" (traceback in {log})"
+    return dataclasses.replace(result, reason=reason[:_MAX_MESSAGE_CHARS])
+
+
+def _where(exc: BaseException) -> str:
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f" at {exc.filename}:{exc.lineno}"
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not f.filename.startswith("<") and "importlib" not in f.filename
+    ]
+    return f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+
+
 def metrics_of(returned: Any) -> dict[str, float]:
     """The entry point's return value as metrics: a dict of numbers, or None for none."""
     if returned is None:
@@ -135,4 +161,4 @@ def _search_ran_out_of_memory(exc: BaseException) -> bool:
     )
 
 
-__all__ = ["error_result", "metrics_of", "result_of"]
+__all__ = ["error_result", "import_failed", "metrics_of", "result_of"]

@@ -45,7 +45,7 @@ from dvt_hpo.trial.context import (
     distributed_env,
     note_stop,
 )
-from dvt_hpo.trial.ending import metrics_of, result_of
+from dvt_hpo.trial.ending import import_failed, metrics_of, result_of
 from dvt_hpo.trial.lifeline import set_parent_death_signal
 from dvt_hpo.trial.resume_state import ResumeState
 from dvt_hpo.wire.control_client import ControlClient
@@ -60,6 +60,7 @@ from dvt_hpo.wire.protocol import (
     ControlUnavailable,
 )
 from dvt_hpo.wire.result import TrialResult
+from dvt_hpo.wire.trial_dir import TrialDir
 
 # Freed before an error result is written: after a MemoryError the process may sit at its
 # RLIMIT_AS, and formatting a traceback needs a little memory.
@@ -306,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     startup_s: float | None = None
     metrics: dict[str, float] = {}
     ended: BaseException | None = None
+    importing: str | None = None  # the entry point while it is imported
     try:
         try:
             client = _connect(env, *distributed)  # 3
@@ -327,7 +329,9 @@ def main(argv: list[str] | None = None) -> int:
 
         # 6. Entry point.
         try:
+            importing = payload.entrypoint
             function = resolve_entrypoint(payload.entrypoint)
+            importing = None
             if payload.command is not None:
                 # trainer.command: the entry point dvt_hpo.command:run runs the script.
                 function = functools.partial(function, command=payload.command)
@@ -350,6 +354,9 @@ def main(argv: list[str] | None = None) -> int:
     result, code = result_of(
         ended, metrics=metrics, pruned_step=ctx.pruned_step if ctx else None, rank=rank
     )
+    if importing is not None and ended is not None and result.failed:
+        log = str(trial_dir / "stderr.log") if client is not None and trial_dir else None
+        result = import_failed(result, ended, importing, log)
     result = dataclasses.replace(
         result,
         startup_s=startup_s,
@@ -388,9 +395,9 @@ def _write_result(trial_dir: Path, result: TrialResult, by_hand: str | None = No
             result.write(trial_dir / name)
         return
     if rank == 0:
-        result.write(trial_dir / "result.json")
+        result.write(TrialDir(trial_dir).result)
     elif result.failed:
-        result.write(trial_dir / f"error-rank{rank}.json")
+        result.write(TrialDir(trial_dir).rank_error(rank))
 
 
 def _rerun_name() -> str:

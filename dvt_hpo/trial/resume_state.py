@@ -23,17 +23,14 @@ import time
 from pathlib import Path
 from typing import IO, Any, TextIO
 
-from dvt_hpo.atomic import read_json, write_atomic, write_json_atomic
+from dvt_hpo.atomic import write_atomic, write_json_atomic
 from dvt_hpo.wire.payload import ResumePayload
+from dvt_hpo.wire.trial_dir import SAVED_FILE, STATE_FILE
 
 ENV_RESUME_DIR = "DVT_HPO_RESUME_DIR"
-STATE_FILE = "state.pt"
-SAVED_FILE = "saved.json"
 
 __all__ = [
     "ENV_RESUME_DIR",
-    "SAVED_FILE",
-    "STATE_FILE",
     "ResumeAPI",
     "ResumeState",
 ]
@@ -105,12 +102,6 @@ class ResumeState:
         self.saves += 1
         self.save_s += save_s
 
-    def saved_step(self) -> int | None:
-        """The step of the last state saved in this folder, from ``saved.json``."""
-        saved = read_json(self.dir / SAVED_FILE)
-        step = saved.get("step") if isinstance(saved, dict) else None
-        return step if isinstance(step, int) else None
-
     def load(self) -> Any | None:
         """The state this chain saved last with this fingerprint, or None (one line why,
         when the orchestrator expected one)."""
@@ -160,6 +151,13 @@ class ResumeAPI:
     def resume_dir(self) -> Path | None:
         """The folder for this trial's resume state; None when ``trials.resume`` is off."""
         return self._resume.dir if self._resume is not None else None
+
+    @property
+    def pause_enabled(self) -> bool:
+        """``trials.pause``: a ``TrialPruned`` from :meth:`report` before the last epoch is a
+        pause, continued later from the state saved last; save it then
+        (``save_state(..., force=True)``) and the continuation trains no epoch twice."""
+        return self._resume is not None and self._resume.payload.pause
 
     def resume_due(self) -> bool:
         """Whether :meth:`save_state` would write now (``trials.resume_every_s``)."""

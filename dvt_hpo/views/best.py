@@ -22,7 +22,7 @@ from dvt_hpo.study.messages import fmt_params
 if TYPE_CHECKING:
     import optuna
 
-    from dvt_hpo.studyfile import StudySpec
+    from dvt_hpo.spec.model import StudySpec
 
 
 def best_config(

@@ -88,10 +88,12 @@ def markdown(parser: argparse.ArgumentParser) -> str:
     lines = [
         "# Command-line reference",
         "",
-        "Generated from `dvt-hpo`'s argument parser (`dvt_hpo/cli.py`) when the site is built. "
+        "Generated from `dvt-hpo`'s argument parser (`dvt_hpo/cli.py`; `python docs/hooks.py` "
+        "rewrites it, the docs build checks it current). "
         "Exit codes: 0 done, 1 runtime failure, 2 bad input (one message naming the file, "
         "line, field, value and what is allowed; nothing written), 130 interrupted (rerun "
-        "the same command to resume). Every command that takes `--set` reads the study file "
+        "the same command to resume), 141 the reader of its output closed the pipe. Every "
+        "command that takes `--set` reads the study file "
         "as `run` does: give the same `--set`s to name the same study.",
         "",
         "```text",

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from dvt_hpo.exceptions import DvtHpoError
 
 if TYPE_CHECKING:
-    from dvt_hpo.studyfile import StudySpec
+    from dvt_hpo.spec.model import StudySpec
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 

@@ -25,7 +25,7 @@ from dvt_hpo.studyfile.objective import describe_objective
 if TYPE_CHECKING:
     import optuna
 
-    from dvt_hpo.studyfile import StudySpec
+    from dvt_hpo.spec.model import StudySpec
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }

@@ -1,6 +1,6 @@
 """``dvt-hpo status``: where a study stands, read from its database without changing it.
 
-Cheap on large studies (``benchmarks/status_speed.py``): on RDB storages the counts are one
+Cheap on large studies (``benchmarks/overheads/status_speed.py``): on RDB storages the counts are one
 ``GROUP BY`` and the last failures one ordered ``LIMIT`` query, the best trial is Optuna's own
 ``get_best_trial`` query, and only RUNNING trials and those few failures are loaded as objects.
 Optuna's ``get_n_trials`` and ``load_study``'s trial cache would load every trial. Studies
@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from dvt_hpo.budget.compute import status_line
+from dvt_hpo.budget.compute import status_line, status_numbers
 from dvt_hpo.budget.trials import (
     OVER_BUDGET_ATTR,
     PRIOR_ATTR,
@@ -27,15 +27,18 @@ from dvt_hpo.budget.trials import (
     uncounted_attempts,
 )
 from dvt_hpo.config.units import format_bytes
+from dvt_hpo.recovery.pause import PausedState, paused_states
+from dvt_hpo.recovery.retries import is_paused
 from dvt_hpo.results.front import no_feasible_message, select_best
 from dvt_hpo.results.outcome import reason_of
 from dvt_hpo.store.queries import engine_of, state_counts
+from dvt_hpo.store.storage import PAUSED_ATTR
 from dvt_hpo.study.messages import fmt_params
 
 if TYPE_CHECKING:
     import optuna
 
-    from dvt_hpo.studyfile import StudySpec
+    from dvt_hpo.spec.model import StudySpec
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,9 @@ class StudyStatus:
     # Finished trials that do not count towards n_trials (dvt_hpo.budget.trials), by why.
     not_counted: dict[str, int] = field(default_factory=dict)
     budget: str | None = None  # study.budget spent / total (dvt_hpo.budget.compute)
+    budget_numbers: dict[str, Any] | None = None  # the same as numbers, for --json
+    # trials.pause: the paused trials whose state is kept (seen from here), with its size.
+    paused: list[PausedState] = field(default_factory=list)
 
     @property
     def finished(self) -> int:
@@ -98,7 +104,12 @@ class StudyStatus:
         return done - sum(self.not_counted.values())
 
     def to_json(self) -> str:
-        return json.dumps({**asdict(self), "finished": self.finished}, indent=1, allow_nan=True)
+        data = {**asdict(self), "finished": self.finished}
+        # Numbers for a script ({"limits": {"hours": {"spent", "total"}}, "spent"}); the line
+        # the text shows beside them.
+        data["budget_text"] = data["budget"]
+        data["budget"] = data.pop("budget_numbers")
+        return json.dumps(data, indent=1, allow_nan=True)
 
 
 def last_report(trial: optuna.trial.FrozenTrial, metric: str) -> tuple[int | None, float | None]:
@@ -148,6 +159,7 @@ def _uncounted(storage: Any, study_id: int) -> dict[int, str]:
                 bool(t.system_attrs.get(OVER_BUDGET_ATTR)),
                 tuple(t.system_attrs.get(RETRY_HISTORY_ATTR) or ()),
                 prior=bool(t.system_attrs.get(PRIOR_ATTR)),
+                paused=is_paused(t),
             )
             for t in trials
         )
@@ -158,13 +170,14 @@ def _uncounted(storage: Any, study_id: int) -> dict[int, str]:
             sqlalchemy.text(
                 "SELECT t.number, a.key, a.value_json FROM trial_system_attributes a "
                 "JOIN trials t ON t.trial_id = a.trial_id "
-                "WHERE t.study_id = :sid AND a.key IN (:retries, :over, :prior)"
+                "WHERE t.study_id = :sid AND a.key IN (:retries, :over, :prior, :paused)"
             ),
             {
                 "sid": study_id,
                 "retries": RETRY_HISTORY_ATTR,
                 "over": OVER_BUDGET_ATTR,
                 "prior": PRIOR_ATTR,
+                "paused": PAUSED_ATTR,
             },
         ).all()
         if not marked:
@@ -176,16 +189,25 @@ def _uncounted(storage: Any, study_id: int) -> dict[int, str]:
     retries: dict[int, tuple[int, ...]] = {}
     over: set[int] = set()
     prior: set[int] = set()
+    paused: set[int] = set()
     for number, key, value in marked:
         if key == RETRY_HISTORY_ATTR:
             retries[int(number)] = tuple(int(n) for n in json.loads(value) or ())
+        elif key == PAUSED_ATTR:
+            if json.loads(value) == int(number):  # its own mark, not one a copy carried
+                paused.add(int(number))
         elif json.loads(value):
             (prior if key == PRIOR_ATTR else over).add(int(number))
     fails = {int(n) for (n,) in failed}
-    numbers = fails | over | prior | set(retries)
+    numbers = fails | over | prior | paused | set(retries)
     return uncounted_attempts(
         Attempt(
-            n, "FAIL" if n in fails else "OTHER", n in over, retries.get(n, ()), prior=n in prior
+            n,
+            "FAIL" if n in fails else "PRUNED" if n in paused else "OTHER",
+            n in over,
+            retries.get(n, ()),
+            prior=n in prior,
+            paused=n in paused,
         )
         for n in numbers
     )
@@ -314,6 +336,10 @@ def read_status(
         no_feasible=no_feasible,
         not_counted=not_counted,
         budget=status_line(storage, study_id, spec, now),
+        budget_numbers=status_numbers(storage, study_id, spec, now),
+        paused=paused_states(spec, storage.get_all_trials(study_id, deepcopy=False))
+        if spec.trials.pause
+        else [],
     )
 
 
@@ -395,6 +421,13 @@ def format_status(status: StudyStatus) -> str:
                 f"  trial {r.number:>4}  {_fmt_elapsed(r.elapsed_s)}  {host}  "
                 f"epoch {step}  {reports}  {fmt_params(r.params)}"
                 + (f"  resume state {format_bytes(r.resume_bytes)}" if r.resume_bytes else "")
+            )
+    if status.paused:
+        total = format_bytes(sum(p.bytes for p in status.paused))
+        lines.append(f"paused ({len(status.paused)}, states {total} on disk):")
+        for p in status.paused:
+            lines.append(
+                f"  trial {p.number:>4}  after epoch {p.step}  state {format_bytes(p.bytes)}"
             )
     if status.pruned:
         lines.append("last pruned:")

@@ -125,7 +125,6 @@ class ControlServer:
         self._hellos: list[Hello] = []
         self._timings: list[ReportTiming] = []
         self._cache_snapshot: dict[str, dict[str, Any] | None] = {}
-        self._accepted = 0
         self._closed = False
         self._counter = itertools.count()
 
@@ -154,29 +153,6 @@ class ControlServer:
     def report_timings(self) -> list[ReportTiming]:
         with self._lock:
             return list(self._timings)
-
-    @property
-    def n_connections(self) -> int:
-        """Connections open now."""
-        with self._lock:
-            return len(self._connections)
-
-    @property
-    def n_accepted(self) -> int:
-        """Connections accepted since the start."""
-        with self._lock:
-            return self._accepted
-
-    def wait_hellos(self, n: int, timeout_s: float | None) -> bool:
-        """Wait until ``n`` processes said hello; False on timeout or close."""
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        with self._changed:
-            while len(self._hellos) < n and not self._closed:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                self._changed.wait(remaining)
-            return len(self._hellos) >= n
 
     def drain(self, timeout_s: float | None) -> bool:
         """Wait until every accepted connection has been closed by its trial process and its
@@ -233,7 +209,6 @@ class ControlServer:
                     return
                 conn_id = next(self._counter)
                 self._connections[conn_id] = conn
-                self._accepted += 1
                 thread = threading.Thread(
                     target=self._serve,
                     args=(conn_id, conn),

@@ -54,6 +54,7 @@ class ResumePayload:
     every_s: float = 60.0  # at most one save per this many seconds
     attempt: int = 0  # this trial's number (the state records which attempt wrote it)
     expect: bool = False  # the orchestrator found a state of this chain to continue from
+    pause: bool = False  # trials.pause: a stop may be a pause, so save the state when pruned
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -78,6 +79,18 @@ def test_the_ledger_sums_finished_and_running_trials(tmp_path: Path) -> None:
     assert storage.get_trial(running).state.name == "RUNNING"
     later = ledger.spent(started, now=started + 3600)
     assert (later.gpu_hours, later.epochs) == (3.0, 10)
+
+
+def test_a_resumed_copy_counts_only_the_epochs_it_trained() -> None:
+    """Its chain's earlier reports, stored on it too (``resumed_epochs``), were counted on the
+    attempt that trained them."""
+    t0 = datetime.datetime(2026, 1, 1, 12, 0, 0)
+    copy = _trial(t0, 60, {"gpus": 1}, 5)
+    assert compute_budget.cost_of(copy).epochs == 5
+    copy.user_attrs.update({"resumed_epochs": 3, "epochs_reported": 5})
+    assert compute_budget.cost_of(copy).epochs == 2
+    copy.user_attrs["resumed_epochs"] = 5  # resumed past its last epoch: trained none
+    assert compute_budget.cost_of(copy).epochs == 0
 
 
 def test_the_start_is_marked_once(tmp_path: Path) -> None:
@@ -158,6 +171,9 @@ def test_status_the_report_and_mlflow_show_spent_over_total(
     ]
     assert "study.budget.epochs=5 spent (6 epochs): no new trials" in lines, lines
     assert "budget: epochs 6/5 (spent: no new trials)" in show_status(spec)
+    shown = json.loads(show_status(spec, as_json=True))
+    assert shown["budget"] == {"limits": {"epochs": {"spent": 6, "total": 5.0}}, "spent": True}
+    assert shown["budget_text"] == "epochs 6/5 (spent: no new trials)"
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name("budget")
     (parent,) = [
@@ -181,14 +197,18 @@ def test_a_strict_hours_budget_stops_a_trial_that_never_reports(
     from dvt_hpo.studyfile import load_spec
     from tests.conftest import run_keeping_failures
 
-    # 2 s of wall time; the trial sleeps 60 s without a report: the loop's wake stops it.
-    doc = toy_study("hours", study={"n_trials": 5, "budget": {"hours": 2 / 3600, "strict": True}})
-    doc["trainer"]["config"]["actions"] = [{"do": "sleep", "seconds": 60}]
+    # 10 s of wall time, counted from the study's start: room for the first trial to start on
+    # a loaded machine (2 s were spent before it started under load). The trial sleeps 300 s
+    # without a report: the loop's wake stops it.
+    doc = toy_study("hours", study={"n_trials": 5, "budget": {"hours": 10 / 3600, "strict": True}})
+    doc["trainer"]["config"]["actions"] = [{"do": "sleep", "seconds": 300}]
     lines: list[str] = []
     study = run_keeping_failures(load_spec(write_study(doc)), lines)
     (trial,) = study.trials
     assert trial.state.name == "FAIL" and trial.user_attrs["status"] == "over-budget", lines
-    assert trial.user_attrs["duration_s"] < 20, lines
+    assert trial.user_attrs["duration_s"] < 60, lines
     assert "study.budget.hours" in trial.user_attrs["reason"], trial.user_attrs["reason"]
+    # The line naming the limit spent, as docs/budgets.md says.
+    assert trial.user_attrs["over_budget"].startswith("study.budget.hours=")
     # Not retried: an over-budget stop is the budget's decision, not a crash.
     assert not any(t.state.name == "WAITING" for t in study.trials)

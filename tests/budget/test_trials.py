@@ -9,6 +9,7 @@ import optuna
 import pytest
 import yaml
 
+from dvt_hpo.budget.ledger import Ledger
 from dvt_hpo.budget.trials import OVER_BUDGET_ATTR, Attempt, uncounted, uncounted_attempts
 from dvt_hpo.recovery import retries
 from dvt_hpo.store.opening import StudyAt
@@ -62,7 +63,7 @@ def test_status_counts_what_run_counts(tmp_path: Path, storage: str) -> None:
     trials = study.get_trials(deepcopy=False)
     assert [t.state.name for t in trials] == ["FAIL", "FAIL", "COMPLETE", "COMPLETE", "FAIL"]
 
-    ledger = retries.Ledger(study, raw, raw.get_study_id_from_name("budget"))
+    ledger = Ledger(study, raw, raw.get_study_id_from_name("budget"))
     ledger.refresh()
     opened = StudyAt.of(spec).load()
     status = read_status(opened.storage, opened.study_id, spec)

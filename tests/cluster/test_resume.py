@@ -97,9 +97,9 @@ def test_a_cancelled_worker_s_trial_is_resumed_by_the_next_worker(
 
 
 def test_a_preempted_worker_s_trial_is_resumed_when_it_is_requeued(
-    slurm_cluster: int, postgres_url: str, unique_name: str, tmp_path: Path
+    preempting_cluster: int, postgres_url: str, unique_name: str, tmp_path: Path
 ) -> None:
-    cpus = slurm_cluster
+    cpus = preempting_cluster
     doc = resume_study(
         unique_name, postgres_url, tmp_path, workers=1, requeue=True, cpus_per_worker=cpus
     )

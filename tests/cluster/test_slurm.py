@@ -80,3 +80,11 @@ def test_the_job_an_array_task_runs_in() -> None:
 )
 def test_why_slurm_stops_a_job(fields: dict[str, str], reason: str | None) -> None:
     assert stop_reason(fields) == reason
+
+
+def test_a_cluster_without_the_preempting_partition_is_named_not_a_traceback() -> None:
+    from tests.cluster.conftest import cluster_problem
+
+    assert cluster_problem("debug*\nurgent\n") is None
+    why = cluster_problem("batch*\ngpu\n")
+    assert why is not None and "no 'urgent' partition (it has: batch, gpu)" in why

@@ -16,6 +16,7 @@ from tests.cluster.conftest import (
     cluster_study,
     job_states,
     preempt,
+    scontrol_job,
     submit,
     wait_job_done,
     wait_until,
@@ -155,9 +156,9 @@ def test_a_worker_stopped_by_its_time_limit_leaves_its_trial_to_be_retried(
 
 
 def test_a_preempted_worker_is_requeued_and_retries_its_trial(
-    slurm_cluster: int, postgres_url: str, unique_name: str, tmp_path: Path
+    preempting_cluster: int, postgres_url: str, unique_name: str, tmp_path: Path
 ) -> None:
-    cpus = slurm_cluster
+    cpus = preempting_cluster
     doc = cluster_study(
         unique_name,
         postgres_url,
@@ -189,9 +190,9 @@ def test_a_preempted_worker_is_requeued_and_retries_its_trial(
 
 
 def test_a_worker_preempted_while_it_starts_is_requeued_and_starts_no_trial(
-    slurm_cluster: int, postgres_url: str, unique_name: str, tmp_path: Path
+    preempting_cluster: int, postgres_url: str, unique_name: str, tmp_path: Path
 ) -> None:
-    cpus = slurm_cluster
+    cpus = preempting_cluster
     doc = cluster_study(
         unique_name,
         postgres_url,
@@ -206,10 +207,13 @@ def test_a_worker_preempted_while_it_starts_is_requeued_and_starts_no_trial(
     wait_until(lambda: job_states(job).get(job) == "RUNNING", 60, "the worker's job to start")
     preempt(job, cpus)
     states = wait_job_done(job, 90)
-    assert states == {job: "COMPLETED"}
+    logs = tmp_path / "runs" / unique_name / "slurm"
+    log = (logs / f"{job}_0_log.out").read_text()
+    # Both logs in the message: a CI run once ended FAILED with nothing to tell why.
+    err = (logs / f"{job}_0_log.err").read_text()
+    assert states == {job: "COMPLETED"}, (log, err, scontrol_job(job))
     (trial,) = _trials(postgres_url, unique_name)
     assert trial.state == optuna.trial.TrialState.COMPLETE
-    log = (tmp_path / "runs" / unique_name / "slurm" / f"{job}_0_log.out").read_text()
     assert f"job {job} was preempted before its worker started: none started" in log, log
     assert f"preempted: job {job} requeued (cluster.requeue)" in log, log
 

@@ -1,7 +1,7 @@
 """dvt_hpo.devices.gpu_cap: a trial's GPU share applied in its own process (the CUDA allocator's
 cap) and the bytes the batch-size probes may count on. The arithmetic of a share:
 tests/devices/test_gpu_share.py; the caps holding between packed trials on a real GPU:
-benchmarks/gpu_check.py."""
+benchmarks/gpu/gpu_check.py."""
 
 from __future__ import annotations
 

@@ -44,3 +44,8 @@ for epoch in range(first, args.epochs):
         Path(os.environ["DVT_TEST_HOLD_FILE"]).write_text(f"0 {epoch}\n")
         while True:
             time.sleep(0.05)
+# The final step: nothing more is reported or saved.
+if args.trial == 0 and os.environ.get("DVT_TEST_HOLD_AT") == "final":
+    Path(os.environ["DVT_TEST_HOLD_FILE"]).write_text("0 final\n")
+    while True:
+        time.sleep(0.05)

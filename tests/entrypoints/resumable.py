@@ -10,7 +10,9 @@ epoch (SIGTERM of the worker, or ``kill -9``) without racing the training.
 ``counter``: an entry point of its own using ``ctx.load_state`` / ``ctx.save_state``: each
 epoch ``value = value * 0.5 + x`` (``x`` the param), reported as ``score``; ``epochs`` epochs
 (config); ``fail_at``: raise after saving that epoch (a trial that fails by itself); the
-same hold as ``train`` (or ``config["hold"] = {"at": k, "file": path}``). Each attempt appends ``"<trial> <first epoch>"`` to
+same hold as ``train`` (or ``config["hold"] = {"at": k, "file": path}``); ``final_hold``: a
+file, trial 0 writes it and holds in its final step, after saving its last epoch;
+``sleep_s``: each epoch's work; ``cost``: also report ``cost`` = the epoch (a second objective); ``final_s``: a final step after the last save (the kill soak). Each attempt appends ``"<trial> <first epoch>"`` to
 ``config["log"]`` so a test sees where every attempt started.
 """
 
@@ -81,9 +83,20 @@ def counter(config: dict[str, Any], ctx: Any) -> dict[str, float]:
     x = float(ctx.params["x"])
     for epoch in range(first, int(config["epochs"])):
         value = value * 0.5 + x
-        ctx.report(epoch, {"score": value})
+        if config.get("sleep_s"):
+            time.sleep(float(config["sleep_s"]))  # an epoch's work
+        metrics = {"score": value, **({"cost": float(epoch)} if config.get("cost") else {})}
+        ctx.report(epoch, metrics)
         ctx.save_state({"epoch": epoch, "value": value}, force=True)
         if config.get("fail_at") == epoch:
             raise RuntimeError(f"failed by itself at epoch {epoch}")
         _hold(epoch, ctx, config)
+    if config.get("final_hold") and ctx.trial_number == 0:
+        # The final step after the last save (an export, a test evaluation): trial 0 holds in
+        # it until it is killed.
+        Path(config["final_hold"]).write_text("0 final\n")
+        while True:
+            time.sleep(0.05)
+    if config.get("final_s"):
+        time.sleep(float(config["final_s"]))  # a final step after the last save
     return {"score": value}

@@ -22,15 +22,26 @@ from dvt_hpo.process.strays import (
 
 pytestmark = pytest.mark.processes
 
+# The child says it runs, then waits: Popen returns at exec's point of no return (its
+# close-on-exec pipe closes), before the kernel has set up the new program's environment, so a
+# read of /proc/<pid>/environ right then can find it empty (a CI run under load did).
+WAIT = [sys.executable, "-c", "import sys; print('ready', flush=True); sys.stdin.read()"]
+
+
+def _started(env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        WAIT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+        start_new_session=True,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    return proc
+
 
 def test_strays_are_the_processes_carrying_the_trials_token() -> None:
     token = new_token()
     env = {**os.environ, ENV_TRIAL_TOKEN: token}
-    wait = [sys.executable, "-c", "import sys; sys.stdin.read()"]
-    stray = subprocess.Popen(wait, stdin=subprocess.PIPE, env=env, start_new_session=True)
-    other = subprocess.Popen(wait, stdin=subprocess.PIPE, start_new_session=True)
+    stray, other = _started(env), _started()
     try:
-        # Popen returns once the child has exec'd: its environment is readable.
         assert find_strays(token) == [stray.pid]
         assert find_strays(token, exclude=[stray.pid]) == []
         assert stop_strays(token) == [stray.pid]
@@ -57,8 +68,7 @@ def test_strays_older_than_since_are_not_read() -> None:
     token = new_token()
     env = {**os.environ, ENV_TRIAL_TOKEN: token}
     since = time.time()
-    wait = [sys.executable, "-c", "import sys; sys.stdin.read()"]
-    stray = subprocess.Popen(wait, stdin=subprocess.PIPE, env=env, start_new_session=True)
+    stray = _started(env)
     try:
         assert find_strays(token, since=since) == [stray.pid]
         # A process that started within the slack before ``since`` still counts.

@@ -38,7 +38,16 @@ pytestmark = pytest.mark.processes
 FINISH_TIMEOUT_S = 90.0
 FAST = {"heartbeat_interval_s": 1, "grace_period_s": 2}
 # The steps a worker goes through for its own trial, in order.
-OWN_TRIAL_STEPS = ("ask", "start:heartbeat", "start:params", "trial:running", "record:before_tell")
+OWN_TRIAL_STEPS = (
+    "ask",
+    "start:heartbeat",
+    "start:params",
+    "trial:running",
+    "trial:ended",
+    "record:before_tell",
+)
+# After these its trial wrote an ok result: the sweep records it COMPLETE, never runs it again.
+FINISHED_STEPS = ("trial:ended", "record:before_tell")
 # The steps of failing an attempt for a retry, by its own worker or by another's sweep.
 RETRY_STEPS = ("retry:marked", "retry:failed", "retry:locked", "retry:enqueued")
 
@@ -95,6 +104,13 @@ def test_a_worker_killed_at_each_step_of_its_trial_loses_nothing(
 
     finish_cleanly(worker(study))
     trials = assert_lost_nothing(study, 2, runs_dir)
+    if step in FINISHED_STEPS:
+        # Recorded as its own worker would have, by the sweep: no copy, nothing run twice.
+        assert states(trials) == [(0, "COMPLETE"), (1, "COMPLETE")], states(trials)
+        assert trials[0].user_attrs["recorded_by"] == "sweep"
+        assert trials[0].user_attrs["status"] == "ok"
+        assert trials[0].value is not None and trials[0].intermediate_values
+        return
     assert trials[0].state.name == "FAIL"  # the killed attempt, failed as stale and retried
     # A kill before the params were sampled leaves none: the copy samples them afresh.
     assert trials[0].params == left[0].params
@@ -147,6 +163,29 @@ def test_a_worker_killed_while_failing_a_dead_workers_trial_loses_nothing(
     assert "nothing to run" not in out
     trials = assert_lost_nothing(study, 2, runs_dir)
     assert trials[0].state.name == "FAIL" and trials[0].params == params
+
+
+def test_a_worker_killed_while_recording_a_dead_workers_finished_trial_loses_nothing(
+    storage_url: str,
+    write_study: Callable[..., Path],
+    worker: Callable[..., Orchestrator],
+    runs_dir: Path,
+    unique_name: str,
+) -> None:
+    """A sweep recording a dead worker's finished trial (its ok result in its folder) dies
+    after writing its attrs: the next sweep records it, once, and nothing runs it again."""
+    doc = quick_study(unique_name, storage_url, 2)
+    doc["trials"]["keep_logs"] = "all"
+    study = write_study(doc)
+    assert_killed(worker(study, "trial:ended"), "trial:ended")
+    assert_killed(worker(study, "finished:attrs"), "finished:attrs")
+    left = load_trials(study)
+    assert left[0].state.name == "RUNNING" and left[0].user_attrs["recorded_by"] == "sweep"
+
+    finish_cleanly(worker(study))
+    trials = assert_lost_nothing(study, 2, runs_dir)
+    assert states(trials) == [(0, "COMPLETE"), (1, "COMPLETE")], states(trials)
+    assert trials[0].user_attrs["recorded_by"] == "sweep"
 
 
 def test_a_running_trial_without_a_heartbeat_is_retried_after_the_grace_period(

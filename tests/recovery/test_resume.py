@@ -174,7 +174,9 @@ def counter_doc(name: str, tmp: Path, **config: Any) -> dict[str, Any]:
         "entrypoint": f"{HOLD}:counter",
         "config": {"epochs": 5, "log": str(tmp / "starts.txt"), **config},
     }
-    doc["search_space"] = [{"name": "x", "path": "x", "kind": "float", "low": 0.0, "high": 1.0}]
+    doc["search_space"] = [
+        {"name": "x", "path": "x", "kind": "float", "low": 0.0, "high": 1.0, "new_key": True}
+    ]
     return doc
 
 

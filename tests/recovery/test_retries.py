@@ -19,6 +19,8 @@ from typing import Any
 import optuna
 import pytest
 
+from dvt_hpo.budget.ledger import Budget, Ledger
+from dvt_hpo.budget.trials import OVER_BUDGET_ATTR, RETRY_ATTR
 from dvt_hpo.process import tree as process_tree
 from dvt_hpo.recovery import retries
 from dvt_hpo.studyfile import load_spec
@@ -241,89 +243,6 @@ def test_an_interrupted_trial_already_failed_as_stale_is_not_enqueued_twice(
     assert len(_waiting(runner.study)) == 1
 
 
-def test_the_ledger_counts_the_budget_like_a_full_scan(tmp_path: Path) -> None:
-    study, storage = _sqlite_study(tmp_path)
-    study_id = storage.get_study_id_from_name("s")
-    done = study.ask()
-    study.tell(done, 1.0)  # 0: COMPLETE
-    failed = study.ask()
-    study.tell(failed, state=optuna.trial.TrialState.FAIL)  # 1: FAIL, retried by 3
-    over = study.ask()
-    storage.set_trial_system_attr(over._trial_id, retries.OVER_BUDGET_ATTR, True)
-    study.tell(over, state=optuna.trial.TrialState.FAIL)  # 2: over budget, never counted
-    study.add_trial(
-        optuna.trial.create_trial(
-            state=optuna.trial.TrialState.WAITING,
-            system_attrs={"failed_trial": 1, "retry_history": [1]},
-        )
-    )  # 3: the copy of 1
-    ledger = retries.Ledger(study, storage, study_id)
-    ledger.refresh()
-    trials = study.get_trials(deepcopy=False)
-    assert ledger.used() == len(retries.counted_numbers(trials)) == 2
-    assert ledger.used(below=3) == 2  # 1 is not superseded by a copy numbered below 3
-    assert ledger.used(below=2) == 2
-    assert ledger.budget(lambda n: False) == retries.Budget(used=2, waiting=1, foreign_running=0)
-    running = study.ask()  # takes the WAITING copy (3)
-    assert running.number == 3
-    ledger.refresh()
-    assert ledger.budget(lambda n: False) == retries.Budget(2, 0, 1)
-    assert ledger.budget(lambda n: n == 3) == retries.Budget(2, 0, 0)
-
-
-def test_the_ledger_reads_only_new_and_unfinished_trials(tmp_path: Path) -> None:
-    study, storage = _sqlite_study(tmp_path)
-    for i in range(30):
-        study.tell(study.ask(), float(i))
-    running = study.ask()
-    reads: list[int] = []
-    original = storage.get_trial
-
-    def counting(trial_id: int) -> optuna.trial.FrozenTrial:
-        reads.append(trial_id)
-        return original(trial_id)
-
-    storage.get_trial = counting  # type: ignore[method-assign]
-    bulk: list[int] = []
-    read_all = storage.get_all_trials
-
-    def counting_all(study_id: int, **kwargs: Any) -> list[optuna.trial.FrozenTrial]:
-        bulk.append(study_id)
-        return read_all(study_id, **kwargs)
-
-    storage.get_all_trials = counting_all  # type: ignore[method-assign]
-    ledger = retries.Ledger(study, storage, storage.get_study_id_from_name("s"))
-    ledger.refresh()
-    # The first read is two SQL queries for the whole study, not one trial at a time.
-    assert (bulk, reads) == ([], [])
-    assert ledger.used() == 31
-    new = study.ask()
-    study.tell(new, 1.0)
-    reads.clear()
-    ledger.refresh()
-    # The one unfinished before, and the one new: not the 30 finished ones again.
-    assert sorted(reads) == sorted([running._trial_id, new._trial_id])
-    assert bulk == []
-    assert ledger.used() == 32
-    # A trial the caller has just read (the loop's start of its own) is not read again.
-    started = study.ask()
-    known = original(started._trial_id)
-    reads.clear()
-    ledger.refresh(known=known)
-    assert reads == [running._trial_id]
-    assert ledger.used() == 33
-    assert ledger.budget(lambda n: n == started.number) == retries.Budget(33, 0, 1)
-    # A trial as its tell returned it is recorded as it is; one still running is read again.
-    told = study.tell(running, 2.0)
-    ledger.told(told)
-    ledger.told(known)  # RUNNING: its state may still change
-    reads.clear()
-    ledger.refresh()
-    assert reads == [started._trial_id]
-    assert ledger.budget(lambda n: n == started.number) == retries.Budget(33, 0, 0)  # told
-    assert ledger.used(below=running.number + 1) == running.number + 1
-
-
 def _marked_fail(study: optuna.Study, storage: Any, params: dict[str, float]) -> int:
     """A FAIL attempt marked for a retry whose copy was never enqueued (its worker died)."""
     trial = study.ask()
@@ -343,19 +262,19 @@ def test_a_marked_failure_without_its_copy_is_enqueued_once_and_counted_meanwhil
     number = _marked_fail(study, storage, {"x": 0.25})
     done = study.ask()
     study.tell(done, 1.0)
-    ledger = retries.Ledger(study, storage, storage.get_study_id_from_name("s"), max_retries=3)
+    ledger = Ledger(study, storage, storage.get_study_id_from_name("s"), max_retries=3)
     ledger.refresh()
     # Counted (its copy will take its place) and pending: a worker waits for it, never leaves.
-    assert ledger.budget(lambda n: False) == retries.Budget(2, 0, 0, pending=1)
+    assert ledger.budget(lambda n: False) == Budget(2, 0, 0, pending=1)
 
     assert retries.enqueue_retries(study, max_retries=3, lock=contextlib.nullcontext) == [number]
     assert retries.enqueue_retries(study, max_retries=3, lock=contextlib.nullcontext) == []
     (copy,) = _waiting(study)
     assert copy.params == {"x": 0.25} and retries.retry_history(copy) == [number]
     # The copy is a fresh attempt: the failed one's mark is not carried over.
-    assert retries.RETRY_ATTR not in copy.system_attrs
+    assert RETRY_ATTR not in copy.system_attrs
     ledger.refresh()
-    assert ledger.budget(lambda n: False) == retries.Budget(2, 1, 0, pending=0)
+    assert ledger.budget(lambda n: False) == Budget(2, 1, 0, pending=0)
 
 
 @pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
@@ -461,7 +380,7 @@ def test_the_sweep_retries_a_dead_workers_trials_but_closes_one_marked_over_budg
     dead = study.ask()  # its worker died before its first heartbeat
     dead.suggest_float("x", 0.0, 1.0)
     over = study.ask()  # its worker died after marking it over budget, before the FAIL
-    storage.set_trial_system_attr(over._trial_id, retries.OVER_BUDGET_ATTR, True)
+    storage.set_trial_system_attr(over._trial_id, OVER_BUDGET_ATTR, True)
     alive = study.ask()  # the sweeping worker's own
     started_ago(storage, dead._trial_id, 10)  # no heartbeat: its start stands in
     beat_ago(storage, over._trial_id, 10)
@@ -514,7 +433,7 @@ def test_machine_failures_are_retried_outside_max_retries(tmp_path: Path) -> Non
     trials = study.get_trials(deepcopy=False)
     assert [t.state.name for t in trials] == ["FAIL", "FAIL", "FAIL"]
     assert retries.pending_retries(trials, 1) == []
-    ledger = retries.Ledger(study, storage, study._study_id, max_retries=1)
+    ledger = Ledger(study, storage, study._study_id, max_retries=1)
     ledger.refresh()
     assert ledger.pending() == []
     assert ledger.budget(lambda n: False).used == 1  # one config, its last attempt counted

@@ -19,6 +19,7 @@ import pytest
 
 from dvt_hpo.recovery import retries
 from dvt_hpo.recovery.stopped_nodes import stopped_nodes
+from dvt_hpo.store.storage import MACHINE_ATTR
 from dvt_hpo.studyfile import load_spec
 from tests.conftest import REPO_ROOT, run_dvt_hpo, toy_study
 from tests.entrypoints.broken_node import BROKEN_ENV, BROKEN_HANG_ENV
@@ -117,7 +118,7 @@ def check_study_after_a_broken_node(
         # copy: the healthy worker's (the broken one stopped).
         assert t.user_attrs["machine_failure"] == "CUDA launch failure", t.user_attrs
         assert "unspecified launch failure" in t.user_attrs["reason"]
-        assert t.system_attrs[retries.MACHINE_ATTR] == "CUDA launch failure"
+        assert t.system_attrs[MACHINE_ATTR] == "CUDA launch failure"
     # The row that stopped it is recorded with its host, and `status` shows it.
     storage = study._storage
     (node,) = stopped_nodes(storage, study._study_id)
@@ -159,7 +160,7 @@ def test_a_failure_of_the_params_stays_a_plain_counted_failure(
     for t in failed:
         assert t.user_attrs["reason"].startswith("ValueError: x=")
         assert "machine_failure" not in t.user_attrs
-        assert retries.MACHINE_ATTR not in t.system_attrs
+        assert MACHINE_ATTR not in t.system_attrs
     assert len(retries.counted_numbers(trials)) == 6  # each failure counts, none retried
     assert stopped_nodes(study._storage, study._study_id) == []
 

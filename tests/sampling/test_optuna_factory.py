@@ -86,3 +86,19 @@ def test_constraints_func_goes_to_the_samplers_that_take_one() -> None:
         "nsga3",
         "gp",
     ]
+
+
+def test_the_constrained_default_says_no_deprecation_of_its_own_setting() -> None:
+    """It sets consider_endpoints (deprecated by Optuna 4.9): a study that set nothing is not
+    warned on every run."""
+    import warnings
+
+    from dvt_hpo.sampling.kinds import DEFAULTS
+
+    CONSTRAINED_SAMPLER = DEFAULTS["constrained"][0]  # noqa: N806
+
+    dims = [Dimension(name="x", kind="float", path="x", low=0.0, high=1.0)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sampler = build_sampler(CONSTRAINED_SAMPLER, dims, constrained=True)
+    assert isinstance(sampler, optuna.samplers.TPESampler)

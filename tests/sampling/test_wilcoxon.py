@@ -101,3 +101,28 @@ def test_a_best_trial_with_values_that_cannot_be_compared_prunes_nothing() -> No
         trial.report(0.1, step)
     with pytest.warns(UserWarning, match=r"the best trial \(trial 0\)"):
         assert not study.pruner.prune(study, study._storage.get_trial(trial._trial_id))
+
+
+def test_max_resource_leaves_the_last_report_undecided() -> None:
+    """Optuna's test can stop a trial at its last report, after it trained every epoch; with
+    ``max_resource`` (the loader's epochs - 1) it decides only before it."""
+    for limit, expected in ((None, [False, False, False, True]), (3, [False, False, False, False])):
+        study = optuna.create_study(
+            direction="minimize", pruner=WilcoxonPruner(n_startup_steps=0, max_resource=limit)
+        )
+        first = study.ask()
+        for step in range(4):
+            first.report(1.0, step)
+        study.tell(first, 1.0)
+        second = study.ask()
+        decisions = []
+        for step in range(4):
+            second.report(2.0, step)
+            decisions.append(second.should_prune())
+        assert decisions == expected, limit
+
+
+@pytest.mark.parametrize("value", [0, -2, 1.5, True])
+def test_max_resource_must_be_a_positive_integer(value: object) -> None:
+    with pytest.raises(ValueError, match="max_resource must be an integer >= 1"):
+        WilcoxonPruner(max_resource=value)  # type: ignore[arg-type]

@@ -33,7 +33,7 @@ def _curve(rng: np.random.Generator, epochs: int) -> list[float]:
 def test_every_decision_is_halvings_or_wilcoxons(direction: str, kwargs: dict[str, float]) -> None:
     """Each report is decided by the pruner and, on a twin study fed the same reports, by
     Optuna's successive halving and dvt-hpo's Wilcoxon pruner: it stops exactly when either
-    does (halving only below max_resource), and both kinds of stop happen."""
+    does (neither at or past max_resource), and both kinds of stop happen."""
     rng = np.random.default_rng(5)
     ours = WilcoxonHalvingPruner(**kwargs)  # type: ignore[arg-type]
     limit = kwargs.get("max_resource")
@@ -56,7 +56,9 @@ def test_every_decision_is_halvings_or_wilcoxons(direction: str, kwargs: dict[st
             by_halving = (limit is None or step < limit) and halving.prune(
                 twin, twin._storage.get_trial(other._trial_id)
             )
-            by_wilcoxon = wilcoxon.prune(twin, twin._storage.get_trial(other._trial_id))
+            by_wilcoxon = (limit is None or step < limit) and wilcoxon.prune(
+                twin, twin._storage.get_trial(other._trial_id)
+            )
             assert trial.should_prune() == (by_halving or by_wilcoxon), (trial.number, step)
             if by_halving or by_wilcoxon:
                 stopped_by["halving" if by_halving else "wilcoxon"] += 1
@@ -111,6 +113,31 @@ def test_no_rung_decides_at_or_past_max_resource() -> None:
         second.report(0.5, step)
         decisions.append(second.should_prune())
     assert decisions == [False, False, False]
+
+
+def test_the_test_does_not_decide_at_the_last_report_either() -> None:
+    """A trial far below the best all along, whose 4th report is the first the test can stop
+    it at (p = 1/16): stopped there without max_resource; with it (epochs - 1 = 3, a training
+    of 4 epochs) it completes, not recorded PRUNED after training every epoch."""
+    best = [0.9, 0.92, 0.94, 0.95]
+    for limit, expected in ((None, 3), (3, None)):
+        study = optuna.create_study(
+            direction="maximize",
+            # A rung no trial reaches: only the test decides.
+            pruner=WilcoxonHalvingPruner(min_resource=100, max_resource=limit, p_threshold=0.1),
+        )
+        first = study.ask()
+        for step, value in enumerate(best):
+            first.report(value, step)
+        study.tell(first, best[-1])
+        second = study.ask()
+        stopped_at = None
+        for step, value in enumerate(best):
+            second.report(value - 0.3, step)
+            if second.should_prune():
+                stopped_at = step
+                break
+        assert stopped_at == expected, limit
 
 
 def test_the_study_file_kind_builds_it_with_its_arguments() -> None:

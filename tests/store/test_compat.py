@@ -78,7 +78,7 @@ def test_metric_change_is_placed_at_its_line(spec_of: Callable[..., StudySpec]) 
 
 def test_space_change_refuses_unless_allowed(spec_of: Callable[..., StudySpec]) -> None:
     old = spec_of()
-    space = [{"name": "x", "path": "x", "kind": "float", "low": 0.0, "high": 2.0}]
+    space = [{"name": "x", "path": "x", "kind": "float", "low": 0.0, "high": 2.0, "new_key": True}]
     new = spec_of(search_space=space)
 
     refused = compare(new, stored_from(old))

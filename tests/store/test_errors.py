@@ -10,6 +10,7 @@ import sqlalchemy
 
 from dvt_hpo.exceptions import DvtHpoError
 from dvt_hpo.store.errors import (
+    OutageRetry,
     StorageError,
     is_connection_error,
     storage_error,
@@ -155,3 +156,27 @@ def test_storage_error_is_a_dvt_hpo_error_with_the_source_file() -> None:
     assert isinstance(error, DvtHpoError)
     error = StorageError("boom", url="postgresql://u:pw@h/db", hint="check", source="s.yaml")
     assert str(error) == "s.yaml: study.storage 'postgresql://u:***@h/db': boom; check"
+
+
+def test_a_call_tried_once_still_counts_the_outage_it_met(refused: BaseException) -> None:
+    """A heartbeat thread's call is not retried, but the outage it met keeps the worker from
+    judging other workers' heartbeats (which could not land either) until the grace has passed
+    since the database answered again; another error is no outage."""
+    lines: list[str] = []
+    db = OutageRetry("postgresql://u:pw@h/db", 60, out=lines.append)
+
+    def refuse() -> None:
+        raise refused
+
+    with pytest.raises(type(refused)):
+        db.once(refuse)
+    assert db.met_outage_within(20)
+    assert len(lines) == 1 and "database unreachable" in lines[0] and "pw" not in lines[0]
+    assert db.once(lambda: "beat") == "beat"
+    assert lines[1].startswith("database reachable again after")
+    assert db.met_outage_within(20) and not db.met_outage_within(0)
+
+    other = OutageRetry("postgresql://u:pw@h/db", 60, out=lines.append)
+    with pytest.raises(ZeroDivisionError):
+        other.once(lambda: 1 / 0)
+    assert not other.met_outage_within(20)

@@ -29,6 +29,7 @@ from dvt_hpo.results.events import (
 from dvt_hpo.run.preflight import load_runnable
 from dvt_hpo.store.opening import StudyAt
 from dvt_hpo.study.loop import StudyRunner
+from dvt_hpo.study.starter import TrialStarter
 from dvt_hpo.studyfile import load_spec
 from dvt_hpo.views.html_report import write_report
 from dvt_hpo.views.status import format_status, read_status
@@ -581,8 +582,11 @@ BOOKKEEPING = [
     "dvt_hpo.study.trial_run.TrialRun._run",
     "dvt_hpo.study.trial_run.TrialRun._conclude",
     "dvt_hpo.study.trial_run.TrialRun._record",
-    "dvt_hpo.study.trial_run.TrialRun._set_attrs",
-    "dvt_hpo.study.trial_run.TrialRun._apply_keep_logs",
+    "dvt_hpo.study.handle.StudyHandle.set_trial_attrs",
+    "dvt_hpo.study.recorder.Recorder.record",
+    "dvt_hpo.study.recorder.Recorder.apply_keep_logs",
+    "dvt_hpo.study.supervisor.ProcessSupervisor.run",
+    "dvt_hpo.study.starter.TrialStarter.launch",
     "dvt_hpo.study.trial_run.TrialRun.start",
     "dvt_hpo.study.trial_run.TrialRun.on_report",
     "dvt_hpo.process.launch.Launcher.start",
@@ -591,8 +595,8 @@ BOOKKEEPING = [
     "dvt_hpo.recovery.retries.enqueue_retries",
     "dvt_hpo.recovery.stale.stale_trials",
     "dvt_hpo.recovery.retries.retried_trial_number",
-    "dvt_hpo.recovery.retries.Ledger.refresh",
-    "dvt_hpo.recovery.retries.Ledger.budget",
+    "dvt_hpo.budget.ledger.Ledger.refresh",
+    "dvt_hpo.budget.ledger.Ledger.budget",
     "dvt_hpo.sampling.space.sample",
     "dvt_hpo.sampling.space.apply",
     "dvt_hpo.store.trial_config.store_base",
@@ -760,7 +764,10 @@ def test_two_workers_that_opened_the_study_together_sample_different_params(
     slot = devices.split_devices("cpu", 1)[0]
     try:
         for worker in workers:
-            assert worker._launch(slot)
+            starter = TrialStarter(
+                worker.handle, worker.ledger, worker.config_key, worker.running, lambda line: None
+            )
+            assert starter.launch(slot, None)
     finally:
         for worker in workers:
             for _ in list(worker.running):
@@ -778,7 +785,9 @@ def test_a_grid_used_up_by_the_budget_records_every_trial_complete(
     Study.optimize after the trial was recorded: the trial is COMPLETE, the run ends normally."""
     doc = toy(unique_name, [{"do": "curve", "values": [0.5]}])
     doc["study"]["sampler"] = {"kind": "grid"}
-    doc["search_space"] = [{"name": "c", "path": "c", "kind": "categorical", "choices": [1, 2]}]
+    doc["search_space"] = [
+        {"name": "c", "path": "c", "kind": "categorical", "choices": [1, 2], "new_key": True}
+    ]
     lines: list[str] = []
     study = run(write_study(doc), lines=lines)
     assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"], lines

@@ -193,14 +193,17 @@ def test_a_constrained_study_is_told_its_own_defaults(write_study: Any) -> None:
     assert spec_algorithms_text(spec) == (
         f"sampler TPE (univariate, consider endpoints) · {pruner} — the defaults"
     )
-    # Without its objective, the same section is not the default (the GP is).
-    assert not algorithms_text(spec.study).endswith(" — the defaults")
+    # A section of neither default is not.
+    several = algorithms_text(spec.study, multi_objective=True)
+    assert not several.endswith(" — the defaults")
 
 
 def test_the_rung_limit_taken_from_the_epochs_leaves_the_default_pruner_the_default() -> None:
+    from dvt_hpo.sampling.kinds import default_algorithms
     from dvt_hpo.spec.model import PrunerSpec, StudySection
     from dvt_hpo.study.messages import algorithms_text
-    from dvt_hpo.studyfile.defaults import CONSTRAINED_SAMPLER
+
+    CONSTRAINED_SAMPLER = default_algorithms(constrained=True)[0]  # noqa: N806
 
     derived = PrunerSpec("wilcoxon_halving", {"max_resource": 51})
     study = StudySection(name="x", sampler=CONSTRAINED_SAMPLER, pruner=derived)
@@ -244,3 +247,12 @@ def test_named_algorithms_show_the_settings_written() -> None:
     )
     study = StudySection(name="x", sampler=SamplerSpec("mf_gp", {}), pruner=PrunerSpec("none"))
     assert algorithms_text(study) == "sampler multi-fidelity GP · pruner none — the default sampler"
+
+
+def test_a_trial_the_users_stop_interrupted_reads_stopped_not_fail() -> None:
+    """FAIL in Optuna (the next run retries it), but not broken: the line says STOPPED."""
+    reason = "interrupted (the study was stopped)"
+    stopped = TrialFinished(5, 6, "FAIL", None, {"x": 0.1}, reason, 1.0, {"status": "interrupted"})
+    assert trial_line(stopped, "macro_f1") == (
+        f"trial   5 STOPPED                        1.0s  x=0.1 reason: {reason}"
+    )

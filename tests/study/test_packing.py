@@ -1,6 +1,6 @@
 """``trials.per_gpu``: what the trial processes of a packed GPU receive, through the real study
 loop on CPU (the GPU is named through CUDA_VISIBLE_DEVICES; the cap itself needs CUDA and is
-checked by benchmarks/gpu_check.py), and the batch-size cache key with a share."""
+checked by benchmarks/gpu/gpu_check.py), and the batch-size cache key with a share."""
 
 from __future__ import annotations
 

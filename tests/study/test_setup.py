@@ -86,7 +86,7 @@ def test_a_changed_search_space_is_refused_unless_allowed_then_said(
     spec_of: Callable[..., StudySpec],
 ) -> None:
     _open(spec_of())
-    wider = [{"name": "x", "path": "x", "kind": "float", "low": 0.0, "high": 2.0}]
+    wider = [{"name": "x", "path": "x", "kind": "float", "low": 0.0, "high": 2.0, "new_key": True}]
     with pytest.raises(SpecError, match="--allow-space-change"):
         _open(spec_of(search_space=wider))
     _, lines = _open(spec_of(search_space=wider), allow_space_change=True)

@@ -13,23 +13,8 @@ import pytest
 
 from dvt_hpo import run_study
 from dvt_hpo.exceptions import StudyStopped
-from dvt_hpo.study.trial_run import MAX_HISTORY_POINTS, history_attr
 from dvt_hpo.studyfile import load_spec
 from tests.conftest import toy_study
-
-
-def test_history_attr_keeps_every_metric_and_thins_long_series_evenly() -> None:
-    history = [(s, {"loss": float(s), "acc": s / 10}) for s in range(3)]
-    assert history_attr(history) == {
-        "loss": [[0, 0.0], [1, 1.0], [2, 2.0]],
-        "acc": [[0, 0.0], [1, 0.1], [2, 0.2]],
-    }
-    long = [(s, {"loss": float(s)}) for s in range(2500)]
-    points = history_attr(long)["loss"]
-    assert len(points) == MAX_HISTORY_POINTS
-    assert points[0] == [0, 0.0] and points[-1] == [2499, 2499.0]
-    assert [p[0] for p in points] == sorted({p[0] for p in points})  # in order, no repeats
-    assert history_attr([(0, {"loss": float("nan")})]) == {"loss": [[0, None]]}
 
 
 @pytest.mark.processes

@@ -27,7 +27,7 @@ trainer:
   command: ["{python}", train.py, "--lr={lr}", --epochs, "{epochs}"]
   config: {epochs: 1, optim: {momentum: 0.9}}
 search_space:
-  - {name: lr, path: lr, kind: float, low: 1.0e-4, high: 0.1, log: true}
+  - {name: lr, path: lr, kind: float, low: 1.0e-4, high: 0.1, log: true, new_key: true}
 """
 COMMAND_LINE = 4
 PATTERN = "  metrics_pattern: 'epoch (?P<step>\\d+) f1=(?P<macro_f1>[0-9.]+)'\n"
@@ -93,7 +93,7 @@ def test_a_command_needs_no_config(write: Callable[..., Path]) -> None:
 
 
 CONDITIONAL = CMD + (
-    "  - {name: opt, path: opt, kind: categorical, choices: [sgd, adam]}\n"
+    "  - {name: opt, path: opt, kind: categorical, choices: [sgd, adam], new_key: true}\n"
     "  - {name: beta, path: beta, kind: float, low: 0.8, high: 0.99, when: {opt: adam}}\n"
 )
 
@@ -264,3 +264,20 @@ def test_an_executable_that_exists(
     argv = resolved(spec, {"lr": 0.01}, tmp_path / "runs" / "trial-0000", 0)
     done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout.strip()) == (0, stdout), done.stderr
+
+
+def test_an_objective_the_metrics_pattern_cannot_produce_is_refused(
+    write: Callable[..., Path],
+) -> None:
+    """validate refuses it, at the objective's line, rather than every trial after training."""
+    write("print('hi')\n", name="train.py")
+    pattern = "  metrics_pattern: 'epoch (?P<step>\\d+) mse=(?P<val_mse>[0-9.]+)'\n"
+    text = with_trainer_line(pattern) + "objective: {metric: val_loss}\n"
+    with pytest.raises(SpecError) as info:
+        load_runnable(write(text))
+    assert (info.value.line, info.value.field) == (9, "objective.metric"), str(info.value)
+    assert "metric 'val_loss' is never reported by trainer.metrics_pattern" in str(info.value)
+    assert "(it reports: val_mse)" in str(info.value)
+    assert load_runnable(write(text.replace("val_loss", "val_mse"))).objective.metric == "val_mse"
+    # Without a pattern the script reports with dvt_hpo.report: its names are not known ahead.
+    assert load_runnable(write(CMD + "objective: {metric: val_loss}\n")).objective.metric

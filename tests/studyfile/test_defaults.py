@@ -1,5 +1,5 @@
-"""What a study gets when its file does not say: the measured defaults, and the pruner settings
-Optuna would guess from the first trial, taken from the file's epochs instead."""
+"""The pruner settings Optuna would guess from the first trial, taken from the file's epochs
+instead (the default sampler and pruner: tests/sampling/test_kinds.py)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,9 @@ from typing import Any
 
 import pytest
 
-from dvt_hpo.spec.model import PrunerSpec, SamplerSpec, StudySpec
+from dvt_hpo.spec.model import PrunerSpec, StudySpec
 from dvt_hpo.studyfile import load_spec
-from dvt_hpo.studyfile.defaults import (
-    DEFAULT_PRUNER,
-    DEFAULT_SAMPLER,
-    default_algorithms,
-    derive_budget_settings,
-)
+from dvt_hpo.studyfile.defaults import derive_budget_settings, file_epochs
 from tests.conftest import toy_study
 
 EPOCHS_DIM = {"name": "epochs", "path": "epochs", "kind": "int", "low": 2, "high": 30}
@@ -35,22 +30,6 @@ def _pruner(
 ) -> PrunerSpec:
     study = dataclasses.replace(spec.study, pruner=PrunerSpec(kind, dict(kwargs)))
     return derive_budget_settings(study, config, spec.search_space if dims else ()).pruner
-
-
-def test_a_file_naming_no_sampler_or_pruner_gets_the_measured_best() -> None:
-    assert (DEFAULT_SAMPLER.kind, DEFAULT_SAMPLER.kwargs) == ("mf_gp", {})
-    assert (DEFAULT_PRUNER.kind, DEFAULT_PRUNER.kwargs) == ("wilcoxon", {})
-    # The GP does not read constraints: a constrained study keeps the default before it.
-    sampler, pruner = default_algorithms(constrained=True)
-    assert (sampler.kind, sampler.kwargs) == (
-        "tpe",
-        {"multivariate": False, "consider_endpoints": True},
-    )
-    assert (pruner.kind, pruner.kwargs) == ("wilcoxon_halving", {})
-    assert default_algorithms(multi_objective=True, constrained=True) == (
-        SamplerSpec("nsga2"),
-        PrunerSpec("none"),
-    )
 
 
 def test_hyperbands_max_resource_is_the_trainers_epochs(spec: StudySpec) -> None:
@@ -100,3 +79,9 @@ def test_other_pruners_are_left_as_written(spec: StudySpec) -> None:
     assert _pruner(spec, "median", {"epochs": 20}, n_startup_trials=2).kwargs == {
         "n_startup_trials": 2
     }
+
+
+def test_a_files_epochs_are_read_from_the_trainer_config() -> None:
+    assert file_epochs({"trainer": {"config": {"epochs": 52}}}) == 52
+    for root in ({}, {"trainer": {"config": {}}}, {"trainer": {"config": {"epochs": True}}}):
+        assert file_epochs(root) is None

@@ -334,7 +334,11 @@ def test_one_item_metrics_is_a_single_objective_study(write: Callable[..., Path]
     assert (one.objective.metric, one.objective.direction) == ("val_loss", "minimize")
     assert one.objective.names == plain.objective.names == ("val_loss",)
     assert one.study.sampler == plain.study.sampler and one.study.pruner == plain.study.pruner
-    assert one.study.pruner.kind != "none"  # a single objective can be pruned
+    # A single objective can be pruned (BASE's 1 epoch gets the short curves' default, no
+    # pruner; a longer training gets the Wilcoxon test).
+    longer = BASE.replace("config: {epochs: 1}", "config: {epochs: 30}")
+    one = load_spec(write(longer + "objective:\n  metrics: [{name: val_loss}]\n", "long.yaml"))
+    assert one.study.pruner.kind == "wilcoxon"
 
 
 def test_constraints_on_a_single_objective(write: Callable[..., Path]) -> None:

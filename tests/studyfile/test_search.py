@@ -141,3 +141,61 @@ BAD_SEARCH = [
 
 
 test_bad_search_space = bad_file_test(BAD_SEARCH)
+
+
+# -- a path that adds a key: refused as a typo, unless said ----------------------------------
+
+NEW_KEY = """\
+study: {name: s}
+objective: {metric: loss}
+trainer:
+  entrypoint: mytrain:run
+  config: {hidden: 32, opt: {lr: 0.1}}
+search_space:
+  - {name: hidden, path: PATH, kind: categorical, choices: [16, 32]}
+"""
+
+
+@pytest.mark.parametrize(
+    ("path", "says"),
+    [
+        ("hiden", "'hiden' adds key 'hiden', which trainer.config does not have; did you mean "
+         "'hidden'? (it has: hidden, opt)"),
+        ("opt.lrr", "'opt.lrr' adds key 'lrr', which opt does not have; did you mean 'lr'?"),
+    ],
+)  # fmt: skip
+def test_a_path_that_adds_a_key_is_refused_with_a_did_you_mean(
+    write: Callable[..., Path], path: str, says: str
+) -> None:
+    with pytest.raises(SpecError) as info:
+        load_spec(write(NEW_KEY.replace("PATH", path)))
+    assert (info.value.line, info.value.field) == (7, "search_space[0].path")
+    assert says in info.value.message and "new_key: true" in info.value.message
+
+
+def test_new_key_says_the_key_is_added_on_purpose(write: Callable[..., Path]) -> None:
+    text = NEW_KEY.replace("path: PATH,", "path: dropout, new_key: true,")
+    spec = load_spec(write(text))
+    assert spec.search_space[0].path == "dropout" and spec.search_space[0].new_key
+
+
+def test_a_command_dimension_needs_no_path_and_its_placeholder_adds_the_key(
+    write: Callable[..., Path],
+) -> None:
+    text = """\
+    study: {name: s}
+    trainer:
+      command: ["{python}", train.py, --lr, "{lr}"]
+      config: {epochs: 2}
+    search_space:
+      - {name: lr, kind: float, low: 1.0e-4, high: 0.1, log: true}
+    """
+    spec = load_spec(write(text))
+    assert (spec.search_space[0].name, spec.search_space[0].path) == ("lr", "lr")
+    # Not named by the command: the key would reach no one.
+    with pytest.raises(SpecError, match=r"'lr' adds key 'lr', which trainer.config does not"):
+        load_spec(write(text.replace('--lr, "{lr}"', "--fast")))
+    # An entry point still needs a path.
+    with pytest.raises(SpecError, match="a dimension needs 'path'"):
+        load_spec(write(text.replace('command: ["{python}", train.py, --lr, "{lr}"]',
+                                     "entrypoint: mytrain:run")))  # fmt: skip

@@ -10,6 +10,7 @@ import optuna
 import pytest
 
 from dvt_hpo.exceptions import SpecError
+from dvt_hpo.sampling.kinds import SHORT_CURVE_EPOCHS, default_algorithms
 from dvt_hpo.sampling.mf_gp import MultiFidelityGPSampler
 from dvt_hpo.sampling.wilcoxon import WilcoxonPruner
 from dvt_hpo.sampling.wilcoxon_halving import WilcoxonHalvingPruner
@@ -20,7 +21,6 @@ from dvt_hpo.studyfile import (
     build_sampler,
     load_spec,
 )
-from dvt_hpo.studyfile.defaults import DEFAULT_PRUNER, DEFAULT_SAMPLER
 from tests.studyfile.helpers import (
     BASE,
     bad_file_test,
@@ -145,7 +145,12 @@ def test_defaults_are_filled_once_by_the_spec(write: Callable[..., Path], tmp_pa
     # TPE samples parallel trials with constant_liar unless the study says otherwise (the
     # default GP counts running trials itself).
     parallel = BASE + "trials: {parallel: 2}\n"
-    assert load_spec(write(parallel)).study.sampler.kwargs == {}
+    uni_ce = {"multivariate": False, "consider_endpoints": True}
+    constrained = parallel + "objective: {metric: loss, constraints: [{metric: m, max: 1}]}\n"
+    assert load_spec(write(constrained)).study.sampler.kwargs == {**uni_ce, "constant_liar": True}
+    for epochs in (1, 52):
+        long = parallel.replace("config: {epochs: 1}", f"config: {{epochs: {epochs}}}")
+        assert load_spec(write(long)).study.sampler.kwargs == {}
     spec = load_spec(write(parallel), ["study.sampler=tpe"])
     assert spec.study.sampler.kwargs == {"constant_liar": True}
     spec = load_spec(write(parallel), ["study.sampler={kind: tpe, constant_liar: false}"])
@@ -267,17 +272,34 @@ def test_plateau_is_read_with_its_default_min_delta(write: Callable[..., Path]) 
 
 
 def test_no_sampler_or_pruner_gets_the_measured_default(write: Callable[..., Path]) -> None:
-    spec = load_spec(write(BASE))
+    # Long curves (more than SHORT_CURVE_EPOCHS epochs): the GP and Wilcoxon.
+    spec = load_spec(write(BASE.replace("config: {epochs: 1}", "config: {epochs: 52}")))
+    DEFAULT_SAMPLER, DEFAULT_PRUNER = default_algorithms()  # noqa: N806
     assert (spec.study.sampler.kind, spec.study.sampler.kwargs) == (
         DEFAULT_SAMPLER.kind,
         DEFAULT_SAMPLER.kwargs,
     )
+    # The loader adds max_resource (epochs - 1): no test at the last report.
     assert (spec.study.pruner.kind, spec.study.pruner.kwargs) == (
         DEFAULT_PRUNER.kind,
-        DEFAULT_PRUNER.kwargs,
+        {**DEFAULT_PRUNER.kwargs, "max_resource": 51},
     )
     assert isinstance(build_sampler(spec.study.sampler, spec.search_space), MultiFidelityGPSampler)
     assert isinstance(build_pruner(spec.study.pruner), WilcoxonPruner)
+
+
+def test_short_curves_get_the_gp_without_pruning(write: Callable[..., Path]) -> None:
+    short = BASE.replace("config: {epochs: 1}", f"config: {{epochs: {SHORT_CURVE_EPOCHS}}}")
+    sampler, pruner = default_algorithms(epochs=1)
+    for text in (BASE, short):
+        spec = load_spec(write(text))
+        assert spec.study.sampler == sampler and sampler.kind == "mf_gp"
+        assert spec.study.pruner == pruner and pruner.kind == "none"
+        assert isinstance(build_pruner(spec.study.pruner), optuna.pruners.NopPruner)
+    # A file that does not say how many epochs gets the long curves' pruner.
+    unsaid = load_spec(write(BASE.replace("config: {epochs: 1}", "config: {}")))
+    long_sampler, long_pruner = default_algorithms()
+    assert unsaid.study.sampler == long_sampler and unsaid.study.pruner.kind == long_pruner.kind
 
 
 def test_a_constrained_study_gets_a_sampler_that_reads_constraints(
@@ -293,13 +315,16 @@ def test_a_constrained_study_gets_a_sampler_that_reads_constraints(
     assert isinstance(build_pruner(spec.study.pruner), WilcoxonHalvingPruner)
 
 
+_TPE_UNI_CE = {"multivariate": False, "consider_endpoints": True}
+
+
 @pytest.mark.parametrize(
     ("lines", "sampler", "pruner"),
     [
         # Arguments without a kind go over the default's.
+        # (BASE trains 1 epoch: the short-curve default, the GP without pruning.)
         (["  sampler: {seed: 3}"], ("mf_gp", {"seed": 3}), None),
         (["  sampler: null"], ("mf_gp", {}), None),
-        (["  pruner: {p_threshold: 0.05}"], None, ("wilcoxon", {"p_threshold": 0.05})),
         # A kind named in the file is Optuna's class with the file's arguments only.
         (["  sampler: tpe"], ("tpe", {}), None),
         (["  sampler: {kind: tpe, seed: 1}"], ("tpe", {"seed": 1}), None),
@@ -352,3 +377,15 @@ def test_hyperband_max_resource_comes_from_the_trainers_epochs(
     built = build_pruner(pruner)
     if isinstance(expected, int):
         assert built._max_resource == expected
+
+
+def test_an_argument_the_default_does_not_take_names_the_kinds_that_do(
+    write: Callable[..., Path],
+) -> None:
+    """Arguments without a kind go over the default's, which follows the training's length: a
+    short one's default prunes nothing, so a Wilcoxon argument names the kinds that take it."""
+    with pytest.raises(SpecError) as caught:
+        load_spec(write(study_with("  pruner: {p_threshold: 0.05}")))
+    message = str(caught.value)
+    assert "the default pruner of this study, kind 'none'" in message
+    assert message.endswith("name a kind that takes it: wilcoxon, wilcoxon_halving")

@@ -60,9 +60,17 @@ def test_custom_entrypoint_checks_paths_against_the_config_dict(write: Callable[
     )
     spec = load_spec(write(text))
     assert spec.trainer.config == {"opt": {"lr": 0.1}, "layers": [{"units": 4}]}
-    # Without a schema the last key may be new (the trainer reads what it gets)...
-    spec = load_spec(write(text.replace("path: opt.lr", "path: opt.momentum")))
-    assert spec.search_space[0].path == "opt.momentum"
+    # Without a schema a new last key is refused as the typo it most often is...
+    with pytest.raises(SpecError) as info:
+        load_spec(write(text.replace("path: opt.lr", "path: opt.lrr")))
+    assert info.value.line == 6 and info.value.field == "search_space[0].path"
+    assert "'opt.lrr' adds key 'lrr', which opt does not have; did you mean 'lr'?" in str(
+        info.value
+    )
+    # ... unless the dimension says the trainer reads a key the config leaves out...
+    new_key = "path: opt.momentum, new_key: true"
+    spec = load_spec(write(text.replace("path: opt.lr", new_key)))
+    assert spec.search_space[0].path == "opt.momentum" and spec.search_space[0].new_key
     # ... but every section on the way must exist.
     with pytest.raises(SpecError) as info:
         load_spec(write(text.replace("path: opt.lr", "path: optt.lr")))

@@ -17,6 +17,7 @@ from tests.studyfile.helpers import (
     BASE,
     bad_file_test,
     case,
+    study_with,
 )
 
 
@@ -188,3 +189,20 @@ def test_node_failures_is_read_and_refused_below_zero(write: Callable[..., Path]
     with pytest.raises(SpecError, match="node_failures") as err:
         load_spec(write(BASE + "trials:\n  node_failures: -1\n"))
     assert "study.yaml" in str(err.value)
+
+
+def test_pause_turns_resume_on_and_is_refused_where_nothing_would_pause(
+    write: Callable[..., Path],
+) -> None:
+    pruned = study_with("  pruner: {kind: successive_halving}")
+    spec = load_spec(write(pruned + "trials:\n  pause: true\n  paused_max: 4\n"))
+    assert (spec.trials.pause, spec.trials.resume, spec.trials.paused_max) == (True, True, 4)
+    assert not load_spec(write(BASE)).trials.pause
+    with pytest.raises(SpecError, match=r"resume=false, but pause=true") as err:
+        load_spec(write(pruned + "trials:\n  pause: true\n  resume: false\n"))
+    assert "trials.resume" in str(err.value)
+    # The default for short curves has no pruner: nothing would ever be paused.
+    with pytest.raises(SpecError, match=r"study.pruner is none"):
+        load_spec(write(BASE + "trials:\n  pause: true\n"))
+    with pytest.raises(SpecError, match="paused_max_gb"):
+        load_spec(write(pruned + "trials:\n  pause: true\n  paused_max_gb: 0\n"))

@@ -112,7 +112,7 @@ def test_other_ranks_do_not_report_but_check_their_arguments(channel: Channel) -
     ctx = channel.context(rank=1)
     ctx.report(0, {"loss": 5.0})  # would be pruned on the chief
     ctx.set_user_attr("x", 1)
-    assert channel.server.wait_hellos(1, 10)
+    assert channel.handler.wait_hellos(1, 10)
     with pytest.raises(TypeError, match="'loss' must be a number"):
         ctx.report(1, {"loss": "high"})
     chief = channel.context(rank=0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from dvt_hpo.exceptions import CommandFailed, TrialPruned, TrialStopped
@@ -95,3 +97,35 @@ def test_metrics_of_refuses_what_is_not_a_dict_of_numbers(returned: object, erro
     with pytest.raises(TypeError, match=error):
         metrics_of(returned)
     assert metrics_of({"f1": 1}) == {"f1": 1.0} and metrics_of(None) == {}
+
+
+@pytest.mark.parametrize(
+    ("source", "line", "says"),
+    [
+        ("import math\nx = undefined_name + 1\n", 2, "NameError: name 'undefined_name'"),
+        ("def run(config, ctx:\n    pass\n", 1, "SyntaxError: "),
+    ],
+)
+def test_an_entry_point_that_fails_at_import_names_its_file_line_and_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, line: int, says: str
+) -> None:
+    """Every trial fails alike and the reason is all the run prints: it says where."""
+    import importlib
+
+    from dvt_hpo.trial.ending import import_failed
+
+    (tmp_path / "brokentrainer.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(Exception) as info:
+        importlib.import_module("brokentrainer")
+    result, _ = result_of(info.value)
+    log = str(tmp_path / "trial-0000" / "stderr.log")
+    reason = import_failed(result, info.value, "brokentrainer:run", log).reason
+    assert reason is not None
+    assert reason.startswith(
+        f"importing the entry point 'brokentrainer:run' failed at "
+        f"{tmp_path / 'brokentrainer.py'}:{line}: "
+    ), reason
+    assert says in reason and reason.endswith(f"(traceback in {log})")
+    # A payload rerun by hand prints the traceback on the terminal: no log to name.
+    assert "traceback in" not in (import_failed(result, info.value, "m:run", None).reason or "")

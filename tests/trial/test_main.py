@@ -317,7 +317,7 @@ def test_without_control_socket_it_runs_locally(start_trial: Callable[..., Trial
     trial = start_trial({"curve": [0.25, 0.5]}, env_update={"DVT_HPO_CONTROL": None})
     assert trial.wait() == EXIT_OK
     assert trial.stdout().splitlines() == ["epoch 0: score=0.25", "epoch 1: score=0.5"]
-    assert trial.server.n_accepted == 0
+    assert trial.handler.hellos == []  # it never connected
     # Run by hand: the result goes to a rerun-*.json, never over the trial's result.json.
     assert trial.result() is None
     (rerun,) = trial.dir.glob("rerun-*.json")
@@ -547,7 +547,7 @@ def test_the_trial_process_imports_only_what_a_trial_needs(
     start_trial: Callable[..., Trial],
 ) -> None:
     """Not a timing: the modules a no-op trial's process holds when its entry point runs
-    (benchmarks/trial_cost.py measures what they cost)."""
+    (benchmarks/overheads/trial_cost.py measures what they cost)."""
     trial = start_trial({}, entrypoint="tests.entrypoints.modules:run")
     assert trial.wait() == EXIT_OK, trial.stderr()
     record = trial.json("modules.json")

@@ -6,8 +6,9 @@ import io
 import json
 from pathlib import Path
 
-from dvt_hpo.trial.resume_state import SAVED_FILE, STATE_FILE, ResumeState
+from dvt_hpo.trial.resume_state import ResumeState
 from dvt_hpo.wire.payload import ResumePayload, TrialPayload
+from dvt_hpo.wire.trial_dir import SAVED_FILE, STATE_FILE
 
 
 def test_a_state_of_another_fingerprint_or_a_corrupt_one_is_refused(tmp_path: Path) -> None:

@@ -122,12 +122,12 @@ def test_export_of_a_chosen_trial(
     code, out, _ = cli("best", path, "--trial", on_front, "--export", tmp_path / "a.yaml")
     assert code == EXIT_OK and "note" not in out
     assert out.startswith(f"trial {on_front}: score=0.4 cost=6\n  x: 0.4\n")
-    assert yaml.safe_load((tmp_path / "a.yaml").read_text()) == {"x": 0.4, "epochs": 3}
+    assert yaml.safe_load((tmp_path / "a.yaml").read_text())["config"] == {"x": 0.4, "epochs": 3}
 
     code, out, _ = cli("best", path, "--trial", infeasible, "--export", tmp_path / "b.yaml")
     assert code == EXIT_OK
     assert f"note: trial {infeasible} does not meet objective.constraints" in out
-    assert yaml.safe_load((tmp_path / "b.yaml").read_text())["x"] == 0.8
+    assert yaml.safe_load((tmp_path / "b.yaml").read_text())["config"]["x"] == 0.8
 
 
 @pytest.mark.parametrize(
@@ -200,7 +200,7 @@ def test_an_infeasible_trial_is_never_the_best(tmp_path: Path, cli: Cli) -> None
     assert f"best trial {best}: score=0.4000" in out
     code, shown, _ = cli("best", path, "--export", tmp_path / "best.yaml")
     assert code == EXIT_OK and shown.startswith(f"best trial {best}: score=0.4\n")
-    assert yaml.safe_load((tmp_path / "best.yaml").read_text())["x"] == 0.4
+    assert yaml.safe_load((tmp_path / "best.yaml").read_text())["config"]["x"] == 0.4
     code, shown, _ = cli("best", path, "--trial", trials[0.2].number)
     assert code == EXIT_OK and f"is not the best trial (best: {best})" in shown
 

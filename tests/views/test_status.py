@@ -205,3 +205,22 @@ def test_status_never_shows_an_infeasible_best(
     text = capsys.readouterr().out
     assert "best trial: none feasible: study 'none' has 2 complete trial(s)" in text
     assert "score=0.8" not in text
+
+
+@pytest.mark.processes
+def test_status_json_into_a_pipe_closed_early_ends_quietly(tmp_path: Path) -> None:
+    """``dvt-hpo status --json | head``: no BrokenPipeError, no traceback, exit 141 as a tool
+    killed by SIGPIPE. The reader here is gone before the status is printed (the interpreter
+    takes longer to start than the pipe's read end to close), so the write always fails."""
+    make_study(tmp_path)
+    status = subprocess.Popen(
+        [sys.executable, "-m", "dvt_hpo", "status", "--json", "study.yaml"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert status.stdout is not None and status.stderr is not None
+    status.stdout.close()
+    err = status.stderr.read().decode()
+    assert status.wait(timeout=120) == 141, err
+    assert err == "", err

@@ -53,7 +53,7 @@ def test_server_close_fires_the_client_watchdog(handler: RecordingHandler) -> No
     server = ControlServer(None, handler)
     client = ControlClient.connect(server.path, on_lost=lost.set)
     try:
-        assert server.wait_hellos(1, timeout_s=10)
+        assert handler.wait_hellos(1, timeout_s=10)
         path = server.path
         server.close()
         assert lost.wait(10), "on_lost was not called after the server closed"
@@ -72,7 +72,8 @@ def test_a_request_waiting_when_the_server_closes_raises_connection_lost() -> No
             release.wait(10)
             return False
 
-    server = ControlServer(None, Blocking())
+    blocking = Blocking()
+    server = ControlServer(None, blocking)
     outcome: queue.Queue[BaseException | Any] = queue.Queue()
     with ControlClient.connect(server.path) as client:
 
@@ -84,7 +85,7 @@ def test_a_request_waiting_when_the_server_closes_raises_connection_lost() -> No
 
         thread = threading.Thread(target=ask)
         thread.start()
-        assert server.wait_hellos(1, timeout_s=10)
+        assert blocking.wait_hellos(1, timeout_s=10)
         closer = threading.Thread(target=server.close)
         closer.start()
         assert isinstance(outcome.get(timeout=10), ConnectionLost)
@@ -128,7 +129,7 @@ def test_connect_without_a_path_reads_the_environment(
     monkeypatch.setenv("DVT_HPO_CONTROL", server.path)
     with ControlClient.connect(rank=2, local_rank=0, world_size=3) as client:
         assert client.path == server.path
-        assert server.wait_hellos(1, timeout_s=10)
+        assert handler.wait_hellos(1, timeout_s=10)
     assert (server.hellos[0].rank, server.hellos[0].world_size) == (2, 3)
 
 
