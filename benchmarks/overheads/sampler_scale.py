@@ -9,9 +9,10 @@ process (the orchestrator of ``dvt_hpo.run.run_study``, one worker, one trial at
 sampler alone), and reports its CPU (user + system, its interpreter start and its joining the
 study included) per trial run, and its asks: the first (a worker joining the study) and the
 later ones, the time to draw a trial's params from the sampler (wall, and the CPU of the
-drawing thread: on a loaded machine the wall time waits for a core); a trial's heartbeat
-starts only after that draw, so an ask longer than ``study.grace_period_s`` (20 s by default)
-gets its trial failed as stale by the other workers. Stale or failed trials are counted. Then
+drawing thread: on a loaded machine the wall time waits for a core). The draw holds the study
+lock only around its storage calls and the trial being drawn gets heartbeats meanwhile
+(``dvt_hpo.study.starter``), so a long ask should fail no trial as stale: stale or failed
+trials are counted. Then
 ``--workers`` such processes at once on the study of ``--workers-stored`` trials, each running
 ``--per-worker`` trials: their CPU summed over the trials they ran.
 

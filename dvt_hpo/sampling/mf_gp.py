@@ -17,6 +17,7 @@ stop a trial.
 from __future__ import annotations
 
 import math
+import time
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +50,14 @@ _MAX_FIT_POINTS = 300
 # Fitted hyperparameters are rounded to this many decimals (of their logs): a last-bit
 # difference between two machines' arithmetic then rarely changes the model the next asks use.
 _THETA_DECIMALS = 3
+# CPU seconds (of the fitting thread; BLAS runs on it, sampling/blas.py) the hyperparameter fit
+# may take. At _MAX_FIT_POINTS it takes about 1 s of one core, so the cap bounds only a fit gone
+# far beyond that, which would hold the worker's ask (and idle its free slot). CPU time, not wall
+# time: a loaded machine stretches the wall time, not this, so the same study still fits the same
+# (replays stay identical under load). Past the cap the model keeps the last fitted values (the
+# starting ones before any fit), never the optimizer's partial point; below it the fit is
+# untouched, and so are the trials.
+_FIT_CAP_S = 10.0
 
 
 class MultiFidelityGPSampler(optuna.samplers.BaseSampler):
@@ -143,7 +152,12 @@ class MultiFidelityGPSampler(optuna.samplers.BaseSampler):
         due = max(self._refit_every, self._fitted_at // 10)
         if self._theta is None or observed - self._fitted_at >= due:
             fitted = _fit(data.fit_x, (data.fit_y - mean) / scale, self._theta)
-            self._theta = np.round(fitted, _THETA_DECIMALS)
+            if fitted is not None:
+                self._theta = np.round(fitted, _THETA_DECIMALS)
+            elif self._theta is None or len(self._theta) != x.shape[1] + 2:
+                self._theta = np.round(_start_theta(x.shape[1]), _THETA_DECIMALS)
+            # Also after a capped fit: the next one waits for the usual schedule, so a machine
+            # that cannot fit within the cap pays it once per refit, not at every ask.
             self._fitted_at = observed
         model = _GP(x, y, self._theta)
         if len(pending):
@@ -363,7 +377,16 @@ def _neg_log_likelihood(
     return float(nll + prior), grad
 
 
-def _fit(x: np.ndarray, y: np.ndarray, start: np.ndarray | None) -> np.ndarray:
+def _start_theta(dims: int) -> np.ndarray:
+    return np.array([math.log(0.5)] * dims + [0.0, math.log(0.01)])
+
+
+class _CapReached(Exception):
+    """The hyperparameter fit ran past ``_FIT_CAP_S``."""
+
+
+def _fit(x: np.ndarray, y: np.ndarray, start: np.ndarray | None) -> np.ndarray | None:
+    """The fitted log hyperparameters, or None when the fit ran past ``_FIT_CAP_S``."""
     from scipy.optimize import minimize
 
     dims = x.shape[1]
@@ -372,14 +395,26 @@ def _fit(x: np.ndarray, y: np.ndarray, start: np.ndarray | None) -> np.ndarray:
         (math.log(1e-4), math.log(1.0)),
     ]
     if start is None or len(start) != dims + 2:
-        start = np.array([math.log(0.5)] * dims + [0.0, math.log(0.01)])
-    result = minimize(
-        _neg_log_likelihood,
-        start,
-        args=(x, y),
-        jac=True,
-        method="L-BFGS-B",
-        bounds=bounds,
-        options={"maxiter": 50},
-    )
+        start = _start_theta(dims)
+    deadline = time.thread_time() + _FIT_CAP_S
+
+    def capped(theta: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+        # Checked before each evaluation (one factorization): the cap is overrun by one at most,
+        # and below it the optimizer sees exactly the values it saw without a cap.
+        if time.thread_time() > deadline:
+            raise _CapReached
+        return _neg_log_likelihood(theta, x, y)
+
+    try:
+        result = minimize(
+            capped,
+            start,
+            args=(x, y),
+            jac=True,
+            method="L-BFGS-B",
+            bounds=bounds,
+            options={"maxiter": 50},
+        )
+    except _CapReached:
+        return None
     return np.asarray(result.x)

@@ -7,14 +7,21 @@ the worker is stopped), never left RUNNING until its heartbeat goes stale.
 from __future__ import annotations
 
 import contextlib
+import functools
+import threading
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, cast
 
 from dvt_hpo.budget.ledger import Ledger
 from dvt_hpo.budget.trials import OVER_BUDGET_ATTR, RETRY_ATTR
 from dvt_hpo.devices.slots import Slot
-from dvt_hpo.optuna_api.private import frozen_at_ask, set_trial_user_attrs, trial_id_of
+from dvt_hpo.optuna_api.private import (
+    frozen_at_ask,
+    set_trial_user_attrs,
+    storage_of,
+    trial_id_of,
+)
 from dvt_hpo.recovery import kill_points, resume
 from dvt_hpo.recovery import retries as recovery
 from dvt_hpo.results.events import TrialStarted
@@ -134,7 +141,8 @@ class TrialStarter:
                 tell(self.handle.study, trial, state=trial_state("FAIL"))
                 resume.closed_unrun(spec, self.handle.storage.get_trial(trial_id))
                 return False
-            params = space.sample(trial, spec.search_space)
+        with self._beating(trial_id):
+            params = self._sample(trial)
         kill_points.reached("start:params")
         config = trial_config.trial_run_config(spec, params, trial.number)
         run = TrialRun(self.handle, trial, params, config, slot)
@@ -153,9 +161,85 @@ class TrialStarter:
             raise
         return True
 
+    def _sample(self, trial: optuna.Trial) -> dict[str, Any]:
+        """The trial's params, sampled without holding the study lock for the whole call.
+
+        The sampler fits its model at the first suggest (mf_gp: seconds, tens of seconds on a
+        big study or a loaded machine). Under the lock, that stopped the heartbeat thread
+        (:class:`~dvt_hpo.study.sweeper.Sweeper`) and every trial of this worker went without a
+        heartbeat meanwhile, to be failed as stale by the other workers. The lock still
+        serialises each storage call the sampling makes (reading the trials, writing a param):
+        the trial writes and its sampler reads through a view of the study whose storage takes
+        the lock around each call, and the fit in between runs with the lock free.
+        """
+        import optuna
+
+        study = self.handle.study
+        with self.handle.lock:
+            storage = cast(
+                "optuna.storages.BaseStorage", _Locked(storage_of(study), self.handle.lock)
+            )
+            # A fresh Study object, as study.ask leaves the asking one: no trial list cached.
+            view = optuna.Study(
+                study.study_name, storage, sampler=study.sampler, pruner=study.pruner
+            )
+        asked_study, asked_storage = trial.study, trial.storage
+        trial.study, trial.storage = view, storage
+        try:
+            return space.sample(trial, self.handle.spec.search_space)
+        finally:
+            trial.study, trial.storage = asked_study, asked_storage
+
+    @contextlib.contextmanager
+    def _beating(self, trial_id: int) -> Iterator[None]:
+        """Heartbeats of a trial while its params are sampled. The heartbeat thread beats only
+        the trials in ``running``, which a trial joins once it starts, and the heartbeat
+        recorded at its ask ages meanwhile: a fit longer than ``study.grace_period_s`` had
+        another worker fail it as stale before it ran."""
+        stop = threading.Event()
+        interval_s = self.handle.spec.study.heartbeat_interval_s
+
+        def beat() -> None:
+            while not stop.wait(interval_s):
+                # A missed beat is retried at the next interval, as the heartbeat thread does.
+                with contextlib.suppress(Exception), self.handle.lock:
+                    recovery.record_heartbeat(self.handle.storage, trial_id)
+
+        thread = threading.Thread(target=beat, name="heartbeat-sampling", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
     def _over_budget(self, number: int, started: optuna.trial.FrozenTrial) -> bool:
         n_trials = self.handle.spec.study.n_trials
         if n_trials is None:
             return False
         self.ledger.refresh(known=started)  # just read: not read again
         return self.ledger.used(below=number) >= n_trials
+
+
+class _Locked:
+    """A storage whose every call takes ``lock``: what the sampling reads and writes through,
+    so that each call is serialised with the worker's other threads' (Optuna's storage objects
+    and a SQLite connection are shared by them) while the computing between calls is not."""
+
+    def __init__(self, storage: Any, lock: threading.RLock) -> None:
+        self._storage = storage
+        self._lock = lock
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("_storage", "_lock"):  # not set yet (a copy being made): no recursion
+            raise AttributeError(name)
+        found = getattr(self._storage, name)
+        if not callable(found):
+            return found
+
+        @functools.wraps(found)
+        def locked(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                return found(*args, **kwargs)
+
+        return locked

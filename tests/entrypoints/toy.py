@@ -31,6 +31,8 @@ action may carry ``"rank": 1`` or ``"rank": [0, 2]`` to run only on those ranks.
 ``write``              write ``text`` to ``path``
 ``read``               read ``path`` (with ``write``, a FIFO makes two ranks meet: each
                        blocks until the other opens it)
+``wait_file``          wait until ``path`` exists (a gate the test opens), at most
+                       ``timeout_s`` (default 60), then go on
 =====================  ===================================================================
 
 ``config["finally_file"]``: a path the toy appends ``"finally rank R"`` to from a ``finally``
@@ -140,6 +142,10 @@ def run(config: dict[str, Any], ctx: Any) -> dict[str, float] | None:
             elif do == "read":
                 with open(action["path"]) as f:
                     f.read()
+            elif do == "wait_file":
+                deadline = time.monotonic() + action.get("timeout_s", 60)
+                while not os.path.exists(action["path"]) and time.monotonic() < deadline:
+                    time.sleep(0.05)
             else:
                 raise ValueError(f"toy: unknown action {do!r}")
     finally:

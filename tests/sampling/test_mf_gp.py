@@ -15,6 +15,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from optuna.trial import TrialState
 from scipy.optimize import check_grad
 
+from dvt_hpo.sampling import mf_gp
 from dvt_hpo.sampling.mf_gp import MultiFidelityGPSampler, _Codec, _neg_log_likelihood
 from dvt_hpo.sampling.optuna_factory import build_sampler, sampler_class
 from dvt_hpo.studyfile import load_spec
@@ -92,6 +93,26 @@ def test_the_first_trials_are_random_until_n_startup_trials_finished() -> None:
 
 def test_the_same_seed_samples_the_same_points() -> None:
     assert _sampled_x(MultiFidelityGPSampler(seed=3)) == _sampled_x(MultiFidelityGPSampler(seed=3))
+
+
+def test_a_fit_past_its_time_cap_keeps_the_last_fitted_values(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sampler = MultiFidelityGPSampler(refit_every=1, seed=0)
+    study = _stopped_good_study(sampler)
+    study.ask().suggest_float("x", 0.0, 1.0)  # fitted within the cap
+    fitted = sampler._theta
+    assert fitted is not None
+    monkeypatch.setattr(mf_gp, "_FIT_CAP_S", 0.0)
+    for x in (0.6, 0.75, 0.9):  # new data: a refit is due (every 10 % of the trials here)
+        study.add_trial(_trial(x, [0.5, 0.6, 0.7]))
+    study.ask().suggest_float("x", 0.0, 1.0)
+    assert np.array_equal(sampler._theta, fitted)
+    assert sampler._fitted_at == 34  # the next refit waits for the schedule, not every ask
+    # Before any fit: the starting values, the same on every machine.
+    first = MultiFidelityGPSampler(seed=0)
+    _stopped_good_study(first).ask().suggest_float("x", 0.0, 1.0)
+    assert np.array_equal(first._theta, np.round(mf_gp._start_theta(2), mf_gp._THETA_DECIMALS))
 
 
 def _next_x(running_at: float | None) -> float:
