@@ -10,6 +10,7 @@ functions and under ``TYPE_CHECKING``), so the check covers imports a test run n
 from __future__ import annotations
 
 import ast
+import itertools
 import subprocess
 import sys
 from pathlib import Path
@@ -424,3 +425,89 @@ def test_study_spec_has_one_import_home() -> None:
             ):
                 found.append(f"{p.relative_to(PACKAGE)}:{node.lineno}")
     assert found == []
+
+
+# -- one class owns a trial folder's layout ------------------------------------------------------
+
+TRIAL_DIR_MODULE = PACKAGE / "wire" / "trial_dir.py"
+# The files and folders of a trial's folder and of its resume folder (dvt_hpo/wire/trial_dir.py).
+TRIAL_FILE_NAMES = (
+    "payload.json",
+    "result.json",
+    "stdout.log",
+    "stderr.log",
+    "saved.json",
+    "state.pt",
+    "chain.json",
+    "curve.json",
+)
+RANK_ERROR_PREFIX = "error-rank"
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = node.body[0] if node.body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def _trial_file_literals(source: str) -> list[str]:
+    """String literals naming a file of a trial's folder: a path piece (split on ``/``) that is
+    one of :data:`TRIAL_FILE_NAMES` or starts with ``error-rank``, or ``trial-{n:04d}`` /
+    ``trial-%04d``. Docstrings and prose (a message naming ``result.json``) are no paths."""
+    tree = ast.parse(source)
+    docstrings = _docstrings(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if id(node) in docstrings:
+                continue
+            for piece in node.value.split("/"):
+                if piece in TRIAL_FILE_NAMES or piece.startswith((RANK_ERROR_PREFIX, "trial-%04d")):
+                    found.append(f"{node.lineno}: {node.value!r}")
+        elif isinstance(node, ast.JoinedStr):
+            # f"trial-{number:04d}": the numbered folder, formatted in one place.
+            for before, value in itertools.pairwise(node.values):
+                if (
+                    isinstance(before, ast.Constant)
+                    and str(before.value).endswith("trial-")
+                    and isinstance(value, ast.FormattedValue)
+                    and value.format_spec is not None
+                ):
+                    found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_a_trial_folders_file_names_are_written_in_one_module() -> None:
+    found = {
+        str(p.relative_to(PACKAGE)): hits
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if p != TRIAL_DIR_MODULE and (hits := _trial_file_literals(p.read_text()))
+    }
+    assert found == {}, "name them through dvt_hpo.wire.trial_dir.TrialDir / ResumeDir"
+
+
+def test_the_trial_file_check_finds_what_it_looks_for() -> None:
+    source = (
+        '"""Writes result.json."""\n'
+        "def f(folder, number, rank):\n"
+        '    """Reads folder / "stderr.log"."""\n'
+        '    a = folder / "result.json"\n'
+        '    b = folder.glob("error-rank*.json")\n'
+        '    c = runs / f"trial-{number:04d}"\n'
+        '    d = f"{folder}/state/saved.json"\n'
+        '    say("the trial\'s result.json is kept")\n'
+        '    e = f"trial-{number}"\n'
+        '    g = "trial-%04d" % number\n'
+    )
+    assert _trial_file_literals(source) == [
+        "4: 'result.json'",
+        "5: 'error-rank*.json'",
+        "6: f'trial-{number:04d}'",
+        "7: '/state/saved.json'",
+        "10: 'trial-%04d'",
+    ]
+    assert _trial_file_literals(TRIAL_DIR_MODULE.read_text())  # the one home names them

@@ -53,7 +53,8 @@ from lcbench_surrogate import MAX_EPOCHS, Surrogate, search_space  # noqa: E402
 # Sampler and pruner settings of the grid, as study.yaml writes them ("seed" is added per run).
 # "tpe" is Optuna's TPESampler as dvt-hpo built it before this benchmark (Optuna's defaults:
 # multivariate under Optuna 5, univariate under 4.x); "tpe-uni" and "tpe-mv" say which.
-# The default's sampler, which the later rounds' TPE candidates vary.
+# The constrained default's sampler (every study's from issue 31's fourth round to its sixth),
+# which the later rounds' TPE candidates vary.
 _TPE_UNI_CE: dict[str, Any] = {"kind": "tpe", "multivariate": False, "consider_endpoints": True}
 SAMPLERS: dict[str, dict[str, Any]] = {
     "random": {"kind": "random"},
@@ -94,10 +95,12 @@ PRUNERS: dict[str, dict[str, Any]] = {
     "sha": {"kind": "successive_halving"},
     "hyperband": {"kind": "hyperband", "min_resource": 1, "max_resource": MAX_EPOCHS},
     "wilcoxon": {"kind": "wilcoxon"},
-    # Successive halving (rungs at 3, 9, 27 epochs) and Wilcoxon, either stopping a trial: the
-    # default since issue 31's fourth round (dvt_hpo.sampling.wilcoxon_halving).
+    # Successive halving (rungs at 3, 9, 27 epochs) and Wilcoxon, either stopping a trial
+    # (dvt_hpo.sampling.wilcoxon_halving): every study's default from issue 31's fourth round to
+    # its sixth, since then the default only with objective.constraints
+    # (dvt_hpo.sampling.kinds.DEFAULTS).
     "wilcoxon-halving": {"kind": "wilcoxon_halving"},
-    # Issue 31, fifth round: the default pruner with a higher threshold, a later first rung.
+    # Issue 31, fifth round: the then default pruner with a higher threshold, a later first rung.
     "wilcoxon-halving-p2": {"kind": "wilcoxon_halving", "p_threshold": 0.2},
     "wilcoxon-halving-m4": {"kind": "wilcoxon_halving", "min_resource": 4},
     # Candidates for the default (issue 31): Wilcoxon with another threshold or a minimum of

@@ -64,6 +64,15 @@ class Budget:
     # copy takes their place); the sweep enqueues them, so they are work left to do.
     pending: int = 0
 
+    def all_asked(self, n_trials: int | None) -> bool:
+        """Whether ``study.n_trials`` allows no new trial (enqueued retries still run)."""
+        return n_trials is not None and self.used >= n_trials and not self.waiting
+
+    def nothing_left(self, n_trials: int | None) -> bool:
+        """Whether a run has nothing to do: every trial asked and none running or pending
+        elsewhere."""
+        return self.all_asked(n_trials) and not self.foreign_running and not self.pending
+
 
 class Ledger:
     """The study's trials as far as the budget is concerned, read incrementally

@@ -37,6 +37,7 @@ from dvt_hpo.results.curve import Curve, curve_of_attr, history_attr
 from dvt_hpo.results.outcome import Flags, Objective, classify
 from dvt_hpo.sampling.constraints import store_constraints
 from dvt_hpo.wire.result import ResultError, TrialResult, read_result
+from dvt_hpo.wire.trial_dir import TrialDir
 
 if TYPE_CHECKING:
     import optuna
@@ -82,7 +83,7 @@ def objective_of(spec: StudySpec) -> Objective:
 
 
 def trial_dir(spec: StudySpec, number: int) -> Path:
-    return spec.trials.runs_dir / f"trial-{number:04d}"
+    return TrialDir.of(spec.trials.runs_dir, number).path
 
 
 def decide(
@@ -136,12 +137,12 @@ def _stored_curve(spec: StudySpec, trial: optuna.trial.FrozenTrial) -> Curve | N
 def read(spec: StudySpec, trial: optuna.trial.FrozenTrial) -> Finished | None:
     """:func:`decide` for ``trial`` from its files in the runs folder (``None`` where they
     cannot be read)."""
-    folder = trial_dir(spec, trial.number)
+    folder = TrialDir.of(spec.trials.runs_dir, trial.number)
     try:
-        result = read_result(folder / "result.json")
+        result = read_result(folder.result)
         if result is None:
             return None
-        errors = [e for p in sorted(folder.glob("error-rank*.json")) if (e := read_result(p))]
+        errors = [e for p in folder.rank_errors() if (e := read_result(p))]
     except (ResultError, OSError):
         return None
     curve = _stored_curve(spec, trial)

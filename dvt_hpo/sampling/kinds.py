@@ -1,11 +1,13 @@
 """The sampler and pruner kinds a study file may name: one row per kind, and the defaults.
 
-Every place that knows a kind reads its row here: the factory (its class loader and seed rule,
-:mod:`dvt_hpo.sampling.optuna_factory`), the study-file loader and ``validate`` (the kinds, the
-packages a kind needs, the arguments dvt-hpo builds, the objectives it supports,
-:mod:`dvt_hpo.studyfile.study`), the start line (its display name, the arguments always shown,
-:mod:`dvt_hpo.study.messages`), the generated study.yaml reference (its reference text,
-:mod:`dvt_hpo.studyfile.reference`) and the trial lines (its class name). A new kind is one row.
+Every place that knows a kind reads its row here: the factory (its class loader, seed rule
+and the arguments parallel trials get, :mod:`dvt_hpo.sampling.optuna_factory`), the study-file
+loader and ``validate`` (the kinds, the packages a kind needs, the arguments dvt-hpo builds,
+the objectives it supports, :mod:`dvt_hpo.studyfile.study`; the arguments derived from the
+trainer's epochs, :mod:`dvt_hpo.studyfile.defaults`), the start line (its display name, the
+arguments always shown, :mod:`dvt_hpo.study.messages`), the generated study.yaml reference (its
+reference text, :mod:`dvt_hpo.studyfile.reference`) and the trial lines (its class name). A new
+kind is one row.
 
 The defaults are one table too, :data:`DEFAULTS`, by the study's shape: the sampler and pruner a
 study file that names neither gets (:func:`default_algorithms`), and every text that names them
@@ -15,9 +17,9 @@ study file that names neither gets (:func:`default_algorithms`), and every text 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from dvt_hpo.spec.model import PrunerSpec, SamplerSpec
 
@@ -27,6 +29,7 @@ __all__ = [
     "PRUNERS",
     "SAMPLERS",
     "SHORT_CURVE_EPOCHS",
+    "Derivation",
     "Kind",
     "accepts_text",
     "default_algorithms",
@@ -35,6 +38,15 @@ __all__ = [
 ]
 
 Objectives = Literal["one", "several", "any"]
+# How the study-file loader derives an argument from the epochs a trial runs, where the file
+# leaves it out (the rules: dvt_hpo.studyfile.defaults):
+# - "epochs": the epochs (Hyperband's brackets right from the first trial, not guessed by
+#   Optuna from the first finished one);
+# - "below_last_epoch": the epochs - 1, so that no rung or test decides at a trial's last
+#   report, when it has trained every epoch;
+# - "first_rung": a tenth of the epochs (MO-ASHA's first rung: curves still cross in their first
+#   epochs).
+Derivation = Literal["epochs", "below_last_epoch", "first_rung"]
 
 
 @dataclass(frozen=True)
@@ -56,7 +68,23 @@ class Kind:
     objectives: Objectives = "any"
     shown_always: tuple[str, ...] = ()  # shown by the start line even when left to the class
     built: tuple[str, ...] = ()  # arguments dvt-hpo fills in itself (grid's search_space)
-    derived: tuple[str, ...] = ()  # arguments the loader derives from the study file
+    # Arguments the loader derives from the study file, in order, and how (:data:`Derivation`).
+    derived: tuple[tuple[str, Derivation], ...] = ()
+    # Arguments it gets when trials run in parallel, unless the file sets them.
+    when_parallel: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def derived_arguments(self) -> tuple[str, ...]:
+        return tuple(argument for argument, _ in self.derived)
+
+    def parallel_kwargs(self, kwargs: Mapping[str, Any], parallel: int) -> dict[str, Any]:
+        """``kwargs`` with :attr:`when_parallel` filled in where they leave it, when
+        ``parallel`` trials run at once."""
+        out = dict(kwargs)
+        if parallel > 1:
+            for argument, value in self.when_parallel:
+                out.setdefault(argument, value)
+        return out
 
     def load(self) -> type:
         """The class (``KeyError`` when this Optuna release has none of that name)."""
@@ -77,7 +105,9 @@ _P = "optuna.pruners"
 SAMPLERS: dict[str, Kind] = {
     k.name: k
     for k in (
-        Kind("tpe", "TPESampler", _S, "TPE", offset_seed=True, shown_always=("multivariate",)),
+        # Parallel trials would all sample the same promising point without the constant liar.
+        Kind("tpe", "TPESampler", _S, "TPE", offset_seed=True, shown_always=("multivariate",),
+             when_parallel=(("constant_liar", True),)),
         Kind("random", "RandomSampler", _S, "random", offset_seed=True),
         Kind("cmaes", "CmaEsSampler", _S, "CMA-ES", packages=("cmaes",), offset_seed=True,
              objectives="one"),
@@ -117,7 +147,8 @@ PRUNERS: dict[str, Kind] = {
         Kind("percentile", "PercentilePruner", _P, "percentile", objectives="one"),
         Kind("successive_halving", "SuccessiveHalvingPruner", _P, "successive halving",
              objectives="one"),
-        Kind("hyperband", "HyperbandPruner", _P, "Hyperband", objectives="one"),
+        Kind("hyperband", "HyperbandPruner", _P, "Hyperband", objectives="one",
+             derived=(("max_resource", "epochs"),)),
         Kind("threshold", "ThresholdPruner", _P, "threshold", objectives="one"),
         Kind(
             "wilcoxon",
@@ -129,7 +160,7 @@ PRUNERS: dict[str, Kind] = {
             packages=("scipy",),
             objectives="one",
             shown_always=("p_threshold",),
-            derived=("max_resource",),
+            derived=(("max_resource", "below_last_epoch"),),
         ),
         Kind(
             "wilcoxon_halving",
@@ -140,7 +171,7 @@ PRUNERS: dict[str, Kind] = {
             packages=("scipy",),
             objectives="one",
             shown_always=("p_threshold", "min_resource", "reduction_factor"),
-            derived=("max_resource",),
+            derived=(("max_resource", "below_last_epoch"),),
         ),
         Kind(
             "mo_asha",
@@ -149,6 +180,7 @@ PRUNERS: dict[str, Kind] = {
             "MO-ASHA",
             reference="several objectives: a trial dominated by the others at its rung stops",
             objectives="several",
+            derived=(("min_resource", "first_rung"), ("max_resource", "below_last_epoch")),
         ),
         Kind("none", "NopPruner", _P, "none", reference="no pruning"),
     )

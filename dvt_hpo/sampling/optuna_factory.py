@@ -107,20 +107,19 @@ def build_sampler(
     - ``seed`` becomes ``seed + seed_offset`` (the runner passes the number of the first trial
       this worker asked: unique among concurrent workers, 0 for a fresh study, and past the
       existing trials on a resume, so workers and resumes never replay each other's points);
-    - TPE gets ``constant_liar=True`` when ``parallel > 1`` unless the spec sets it, so that
-      concurrent trials do not all sample the same promising point;
+    - the row's :attr:`~dvt_hpo.sampling.kinds.Kind.when_parallel` arguments when
+      ``parallel > 1``, unless the spec sets them (TPE's ``constant_liar``, so that concurrent
+      trials do not all sample the same promising point);
     - ``grid`` gets its ``search_space`` from the dimensions (every value each can take);
     - ``constrained``: the study loop stores each trial's constraint values before telling it
       (:mod:`dvt_hpo.sampling.constraints`). Optuna 5's samplers read them themselves (and deprecate
       ``constraints_func``); under Optuna 4 samplers that accept one get a ``constraints_func``
       reading them back.
     """
-    kwargs: dict[str, Any] = dict(spec.kwargs)
     row = SAMPLERS[spec.kind]
+    kwargs: dict[str, Any] = row.parallel_kwargs(spec.kwargs, parallel)
     if row.offset_seed and kwargs.get("seed") is not None and seed_offset:
         kwargs["seed"] = int(kwargs["seed"]) + int(seed_offset)
-    if spec.kind == "tpe" and parallel > 1:
-        kwargs.setdefault("constant_liar", True)
     if spec.kind == "grid":
         grid: dict[str, list[Any]] = {}
         for dim in dimensions:

@@ -6,11 +6,12 @@ orchestrator never imports torch: trials run in their own processes.
 
 The loop composes and the layers answer: whether to launch is one policy
 (:mod:`dvt_hpo.study.launch_policy`: ``study.timeout_s``, the caller's gate, the budget's
-decision), starting a trial is :mod:`dvt_hpo.study.starter`, stopping rules are
-:mod:`dvt_hpo.stopping.rules`, printed wording :mod:`dvt_hpo.study.messages`, the count of
-``study.n_trials`` the ledger of :mod:`dvt_hpo.budget.ledger`. This module stays one class
-because every method left shares the run's state: the study lock, the running trials, the ledger
-and the event queue.
+decision), opening the study is :mod:`dvt_hpo.study.setup`, its observers
+:mod:`dvt_hpo.study.observers`, starting a trial :mod:`dvt_hpo.study.starter`, the other
+workers' trials :mod:`dvt_hpo.study.sweeper`, stopping rules :mod:`dvt_hpo.stopping.rules`,
+printed wording :mod:`dvt_hpo.study.messages`, the count of ``study.n_trials`` the ledger of
+:mod:`dvt_hpo.budget.ledger`. This module stays one class because every method left shares
+the run's state: the study lock, the running trials, the ledger and the event queue.
 """
 
 from __future__ import annotations
@@ -33,11 +34,7 @@ from dvt_hpo.exceptions import DvtHpoError, StudyStopped
 from dvt_hpo.process.import_path import child_pythonpath
 from dvt_hpo.recovery import leftovers, stopped_nodes
 from dvt_hpo.recovery import retries as recovery
-from dvt_hpo.results.events import (
-    StudyEnded,
-    StudyObserver,
-)
-from dvt_hpo.results.front import study_ended
+from dvt_hpo.results.events import StudyObserver
 from dvt_hpo.results.outcome import TrialOutcome, trial_state
 from dvt_hpo.stopping import plateau
 from dvt_hpo.stopping import rules as stop_rules
@@ -48,13 +45,15 @@ from dvt_hpo.store.errors import OutageRetry
 from dvt_hpo.study import messages as run_messages
 from dvt_hpo.study.handle import StudyHandle
 from dvt_hpo.study.launch_policy import LaunchPolicy
-from dvt_hpo.study.observers import ObserverFactory, Observers, started_event
-from dvt_hpo.study.pausing import PauseKeeper
-from dvt_hpo.study.setup import (
-    check_runs_dir,
-    launcher_for,
-    open_for_run,
+from dvt_hpo.study.observers import (
+    ObserverFactory,
+    Observers,
+    ended_event,
+    for_run,
+    started_event,
 )
+from dvt_hpo.study.pausing import PauseKeeper
+from dvt_hpo.study.setup import launcher_for, open_checked
 from dvt_hpo.study.starter import TrialStarter
 from dvt_hpo.study.sweeper import Sweeper
 from dvt_hpo.study.trial_run import TrialRun
@@ -124,21 +123,7 @@ class StudyRunner:
         self.worker_stopped = threading.Event()
 
     def open_study(self) -> optuna.Study:
-        # Before the storage is touched: a trial's folder that cannot be made would otherwise
-        # fail only once the study is written.
-        check_runs_dir(self.spec)
-        try:
-            opened = open_for_run(
-                self.spec, allow_space_change=self.allow_space_change, out=self.out
-            )
-        except DvtHpoError:
-            raise
-        except Exception as exc:
-            first = (str(exc).strip().splitlines() or [""])[0]
-            raise StudyStopped(
-                f"cannot open study.storage {redact_url(self.spec.study.storage)}: "
-                f"{type(exc).__name__}: {first}"
-            ) from exc
+        opened = open_checked(self.spec, allow_space_change=self.allow_space_change, out=self.out)
         self.study, self.storage, self.study_id = opened.study, opened.storage, opened.study_id
         self.cache = StudyCache(self.storage, self.study_id, self.study_lock)
         self.handle = StudyHandle(
@@ -229,17 +214,8 @@ class StudyRunner:
         self.observers.study_started(started_event(spec, where, self._n_done()))
         exit_code = 1
         try:
-            if (
-                n_trials is not None
-                and budget.used >= n_trials
-                and not budget.waiting
-                and not budget.foreign_running
-                and not budget.pending
-            ):
-                self.out(
-                    f"study {spec.study.name!r} ({where}) already has {budget.used}/{n_trials} "
-                    "trials; nothing to run"
-                )
+            if budget.nothing_left(n_trials):
+                self.out(run_messages.nothing_to_run_line(spec, where, budget.used))
                 self.print_summary()
                 exit_code = 0
                 return self.study
@@ -276,19 +252,6 @@ class StudyRunner:
             self.launcher.close()
             self._study_ended(exit_code)
 
-    def _await_foreign(self, policy: LaunchPolicy) -> None:
-        """The RUNNING trials of other (or dead) workers this run waits on, said once a set."""
-        with self.study_lock:
-            foreign = [
-                t
-                for t in self.study.get_trials(deepcopy=False, states=(trial_state("RUNNING"),))
-                if t.number not in self.running
-            ]
-            ages = recovery.heartbeat_ages(self.storage, foreign)
-        policy.awaiting(
-            [t.number for t in foreign], ages, grace_period_s=self.spec.study.grace_period_s
-        )
-
     def _loop(self, slots: Sequence[device_slots.Slot]) -> str | None:
         spec = self.spec
         n_trials = spec.study.n_trials
@@ -324,7 +287,7 @@ class StudyRunner:
                     # A failed attempt whose copy is not enqueued yet (its worker died on the
                     # way) is waited on like a foreign trial: the sweep enqueues it.
                     foreign = budget.foreign_running + budget.pending
-                    if n_trials is not None and budget.used >= n_trials and not budget.waiting:
+                    if budget.all_asked(n_trials):
                         break
                     slot = free_slots.pop(0)
                     if not starter.launch(slot, self.stop_signals):
@@ -335,7 +298,8 @@ class StudyRunner:
                     break
                 only_foreign = bool(foreign) and not self.running
                 if policy.launching and only_foreign:
-                    self._await_foreign(policy)
+                    numbers, ages = self.sweeper.foreign_running()
+                    policy.awaiting(numbers, ages, grace_period_s=spec.study.grace_period_s)
                 outcome = stop_signals.get(self.events, policy.wait_s(only_foreign=only_foreign))
                 if outcome is None:
                     continue
@@ -407,15 +371,17 @@ class StudyRunner:
 
     def _build_observers(self) -> None:
         """The observers the study file asks for (progress, MLflow), then the caller's."""
-        progress, defaults = (None, [])
-        if self._observer_factory is not None:
-            progress, defaults = self._observer_factory(
-                self.spec, self.study, progress=self._progress_view, out=self.out
-            )
-        if progress is not None:
-            self.out = progress.out
+        self.observers, view = for_run(
+            self._observer_factory,
+            self.spec,
+            self.study,
+            progress=self._progress_view,
+            out=self.out,
+            extra=self._extra_observers,
+        )
+        if view is not None:
+            self.out = view.out
             self._prints_trial_lines = False  # the progress observer prints them
-        self.observers = Observers([*defaults, *self._extra_observers], self.out)
         self.handle = dataclasses.replace(self.handle, observers=self.observers)
 
     def _record(self, outcome: TrialOutcome) -> None:
@@ -431,12 +397,7 @@ class StudyRunner:
         return sum(not t.system_attrs.get(PRIOR_ATTR) for t in done)  # not copied ones
 
     def _study_ended(self, exit_code: int) -> None:
-        event = StudyEnded(0, None, None, None, exit_code)
-        with contextlib.suppress(Exception):  # the database may be why the run ends
-            event = study_ended(
-                self.study.get_trials(deepcopy=False), self.spec.objective.directions, exit_code
-            )
-        self.observers.study_ended(event)
+        self.observers.study_ended(ended_event(self.study, self.spec, exit_code))
 
     def print_summary(self) -> None:
         for line in run_messages.run_summary(self.spec, self.study.get_trials(deepcopy=False)):

@@ -90,7 +90,7 @@ def algorithms_text(
     own = {k: v for k, v in sampler.kwargs.items() if k not in ("seed", "constant_liar")}
     # Arguments the loader derives from the study file (the trainer's epochs) leave a default
     # the default.
-    derived = PRUNERS[pruner.kind].derived if pruner.kind in PRUNERS else ()
+    derived = PRUNERS[pruner.kind].derived_arguments if pruner.kind in PRUNERS else ()
     pruner_own = {k: v for k, v in pruner.kwargs.items() if k not in derived}
     is_default = (
         (sampler.kind, own) in default_samplers,
@@ -176,6 +176,14 @@ def follow_up(command: str, study_file: Path, overrides: Sequence[str] = (), *ex
     if notes:
         line += f"  (the storage password is not shown: {notes[0]})"
     return line
+
+
+def nothing_to_run_line(spec: StudySpec, where: str, used: int) -> str:
+    """A run whose ``study.n_trials`` is used up, with nothing running or pending."""
+    return (
+        f"study {spec.study.name!r} ({where}) already has {used}/{spec.study.n_trials} "
+        "trials; nothing to run"
+    )
 
 
 def dashboard_hint(
@@ -375,6 +383,7 @@ __all__ = [
     "dashboard_hint",
     "fmt_params",
     "follow_up",
+    "nothing_to_run_line",
     "objective_text",
     "retry_failed_line",
     "retry_hint",

@@ -90,6 +90,35 @@ class ObserverFactory(Protocol):
     ) -> tuple[LineView | None, list[BaseObserver]]: ...
 
 
+def for_run(
+    factory: ObserverFactory | None,
+    spec: StudySpec,
+    study: optuna.Study,
+    *,
+    progress: bool,
+    out: Callable[[str], None],
+    extra: Sequence[StudyObserver] = (),
+) -> tuple[Observers, LineView | None]:
+    """A run's observers, once its study is open: those the study file asks for (``factory``:
+    progress, MLflow), then the caller's (``extra``); and the live view, when there is one,
+    whose ``out`` the run's lines go through from then on (the observers' warnings too)."""
+    view, defaults = factory(spec, study, progress=progress, out=out) if factory else (None, [])
+    if view is not None:
+        out = view.out
+    return Observers([*defaults, *extra], out), view
+
+
+def ended_event(study: optuna.Study, spec: StudySpec, exit_code: int) -> StudyEnded:
+    """What the observers hear when a run ends: the best trial or the front, or only the exit
+    code when the study cannot be read (the database may be why the run ends)."""
+    from dvt_hpo.results.front import study_ended
+
+    try:
+        return study_ended(study.get_trials(deepcopy=False), spec.objective.directions, exit_code)
+    except Exception:  # noqa: BLE001 - the observers still hear the end
+        return StudyEnded(0, None, None, None, exit_code)
+
+
 def started_event(spec: StudySpec, where: str, n_done: int) -> StudyStarted:
     """What the observers hear when a run starts (``where``: the storage, secrets out)."""
     from dvt_hpo.study.setup import study_settings
@@ -108,4 +137,4 @@ def started_event(spec: StudySpec, where: str, n_done: int) -> StudyStarted:
     )
 
 
-__all__ = ["LineView", "ObserverFactory", "Observers", "started_event"]
+__all__ = ["LineView", "ObserverFactory", "Observers", "ended_event", "for_run", "started_event"]

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.budget.compute import mark_started
-from dvt_hpo.exceptions import SpecError
+from dvt_hpo.exceptions import DvtHpoError, SpecError, StudyStopped
 from dvt_hpo.optuna_api.private import storage_of, study_id_of
 from dvt_hpo.process import launch
 from dvt_hpo.store import compat
@@ -87,6 +87,25 @@ def open_for_run(
     mark_started(storage, study_id, lock)
     seed_study(study, storage, study_id, spec, lock, out, seeds)
     return opened
+
+
+def open_checked(
+    spec: StudySpec, *, allow_space_change: bool, out: Callable[[str], None]
+) -> OpenStudy:
+    """:func:`open_for_run` after the runs folder is checked (before the storage is touched: a
+    trial's folder that cannot be made would otherwise fail only once the study is written);
+    a storage that cannot be opened ends the run with one line (``StudyStopped``)."""
+    check_runs_dir(spec)
+    try:
+        return open_for_run(spec, allow_space_change=allow_space_change, out=out)
+    except DvtHpoError:
+        raise
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise StudyStopped(
+            f"cannot open study.storage {redact_url(spec.study.storage)}: "
+            f"{type(exc).__name__}: {first}"
+        ) from exc
 
 
 def reseeded_sampler(spec: StudySpec, first_number: int) -> optuna.samplers.BaseSampler:
@@ -193,6 +212,7 @@ __all__ = [
     "ATTR_PREFIX",
     "check_runs_dir",
     "check_settings",
+    "open_checked",
     "open_for_run",
     "reseeded_sampler",
     "runs_dir_problem",

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from dvt_hpo.recovery import finished, leftovers, resume
 from dvt_hpo.recovery import retries as recovery
+from dvt_hpo.results.outcome import trial_state
 
 if TYPE_CHECKING:
     import optuna
@@ -76,6 +77,18 @@ class Sweeper:
             study_lock=lambda: self.study_lock,
             retry_lock=self.retry_lock,
         )
+
+    def foreign_running(self) -> tuple[list[int], dict[int, float]]:
+        """The RUNNING trials of other (or dead) workers, by number, and the age of each one's
+        heartbeat (what the loop waits on before it retries them or leaves)."""
+        with self.study_lock:
+            foreign = [
+                t
+                for t in self.study.get_trials(deepcopy=False, states=(trial_state("RUNNING"),))
+                if t.number not in self.running
+            ]
+            ages = recovery.heartbeat_ages(self.storage, foreign)
+        return [t.number for t in foreign], ages
 
     def start(self) -> threading.Thread:
         thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)

@@ -1,14 +1,17 @@
 """The settings Optuna would guess at run time that the study file already tells (a pruner's
-resources from the trainer's epochs). The default sampler and pruner of a study file that names
-neither are the registry's: :data:`dvt_hpo.sampling.kinds.DEFAULTS`.
+resources from the trainer's epochs): which arguments, and by which rule, the pruner's registry
+row says (:attr:`dvt_hpo.sampling.kinds.Kind.derived`); the rules are here. The default sampler
+and pruner of a study file that names neither are the registry's too:
+:data:`dvt_hpo.sampling.kinds.DEFAULTS`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from dvt_hpo.sampling.kinds import PRUNERS, Derivation
 from dvt_hpo.spec.model import Dimension, PrunerSpec, StudySection
 
 __all__ = ["derive_budget_settings", "file_epochs"]
@@ -29,25 +32,24 @@ def derive_budget_settings(
     study: StudySection, trainer_config: Mapping[str, Any], dims: Sequence[Dimension]
 ) -> StudySection:
     """Settings Optuna would guess from the first finished trial, taken from the study file
-    instead: Hyperband's ``max_resource`` is the trainer's epochs (``trainer.config.epochs``,
-    or the largest value of an ``epochs`` dimension), so its brackets are right from the first
-    trial on. Left to Optuna (``auto``) when the file does not say how many epochs a trial runs.
-    ``mo_asha``'s first rung (``min_resource``) is a tenth of those epochs, its last below them;
-    ``wilcoxon_halving`` and ``wilcoxon`` decide below them too (``max_resource``)."""
+    instead: the arguments the pruner's row derives (:attr:`dvt_hpo.sampling.kinds.Kind.derived`)
+    from the epochs a trial runs (``trainer.config.epochs``, or the largest value of an
+    ``epochs`` dimension), where the file leaves them out. Hyperband's ``max_resource`` is those
+    epochs, so its brackets are right from the first trial on (left to Optuna, ``auto``, when
+    the file does not say how many epochs a trial runs); ``mo_asha``'s first rung
+    (``min_resource``) is a tenth of them, its last below them; ``wilcoxon_halving`` and
+    ``wilcoxon`` decide below them too (``max_resource``)."""
     pruner = study.pruner
-    if pruner.kind == "mo_asha":
-        return _mo_asha_rungs(study, trainer_config, dims)
-    if pruner.kind in ("wilcoxon_halving", "wilcoxon"):
-        return _rungs_below_last_epoch(study, _epochs(trainer_config, dims))
-    if pruner.kind != "hyperband" or "max_resource" in pruner.kwargs:
+    row = PRUNERS.get(pruner.kind)
+    if row is None or not row.derived:
         return study
     epochs = _epochs(trainer_config, dims)
-    if epochs is None:
+    kwargs = dict(pruner.kwargs)
+    for argument, how in row.derived:
+        if argument not in kwargs and (value := _DERIVE[how](epochs, kwargs)) is not None:
+            kwargs[argument] = value
+    if kwargs == pruner.kwargs:
         return study
-    min_resource = pruner.kwargs.get("min_resource", 1)
-    if isinstance(min_resource, int) and epochs <= min_resource:
-        return study  # Optuna refuses max_resource <= min_resource; leave it to say so
-    kwargs = {**pruner.kwargs, "max_resource": epochs}
     return dataclasses.replace(study, pruner=PrunerSpec(pruner.kind, kwargs))
 
 
@@ -63,29 +65,38 @@ def _epochs(trainer_config: Mapping[str, Any], dims: Sequence[Dimension]) -> int
     return epochs
 
 
-def _mo_asha_rungs(
-    study: StudySection, trainer_config: Mapping[str, Any], dims: Sequence[Dimension]
-) -> StudySection:
-    """``mo_asha``'s rungs, where the file does not set them: the first (``min_resource``) at a
-    tenth of the epochs (at least 1; 1 when the file does not say), none at or past
-    ``max_resource`` = epochs - 1 (a trial reporting steps 0..E-1 is never stopped at its last,
-    one reporting 1..E not at its last two). On LCBench (52 epochs) a first rung at epoch 5 was
+def _all_epochs(epochs: int | None, kwargs: Mapping[str, Any]) -> int | None:
+    """Hyperband's ``max_resource``: the epochs (None, left to Optuna, when the file does not
+    say, or when they are at or below ``min_resource``: Optuna refuses that; left for it to
+    say so)."""
+    min_resource = kwargs.get("min_resource", 1)
+    if epochs is None or (isinstance(min_resource, int) and epochs <= min_resource):
+        return None
+    return epochs
+
+
+def _below_last_epoch(epochs: int | None, kwargs: Mapping[str, Any]) -> int | None:
+    """A ``max_resource`` of epochs - 1, so that no rung or test decides at a trial's last
+    report (steps 0..E-1 or 1..E), when it has trained every epoch (``mo_asha``,
+    ``wilcoxon_halving``, ``wilcoxon``). None (no limit) when the file does not say how many
+    epochs a trial runs."""
+    return max(1, epochs - 1) if epochs is not None else None
+
+
+def _first_rung(epochs: int | None, kwargs: Mapping[str, Any]) -> int:
+    """``mo_asha``'s first rung (``min_resource``): a tenth of the epochs (at least 1; 1 when
+    the file does not say). A trial reporting steps 0..E-1 is never stopped at its last, one
+    reporting 1..E not at its last two. On LCBench (52 epochs) a first rung at epoch 5 was
     ahead of no pruning under every sampler on two sets of tasks, one at epoch 1 (MO-ASHA's own
     default) behind it under TPE on both (docs/multi-objective-pruning.md): learning curves
     still cross in their first epochs."""
-    epochs = _epochs(trainer_config, dims)
-    kwargs = dict(study.pruner.kwargs)
-    kwargs.setdefault("min_resource", max(1, epochs // 10) if epochs is not None else 1)
-    study = dataclasses.replace(study, pruner=PrunerSpec(study.pruner.kind, kwargs))
-    return _rungs_below_last_epoch(study, epochs)
+    return max(1, epochs // 10) if epochs is not None else 1
 
 
-def _rungs_below_last_epoch(study: StudySection, epochs: int | None) -> StudySection:
-    """The pruner's ``max_resource``, where the file does not set it: epochs - 1, so that no
-    rung or test decides at a trial's last report (steps 0..E-1 or 1..E), when it has trained
-    every epoch (``mo_asha``, ``wilcoxon_halving``, ``wilcoxon``). Left unset (no limit) when the file does not say
-    how many epochs a trial runs."""
-    if epochs is None or "max_resource" in study.pruner.kwargs:
-        return study
-    kwargs = {**study.pruner.kwargs, "max_resource": max(1, epochs - 1)}
-    return dataclasses.replace(study, pruner=PrunerSpec(study.pruner.kind, kwargs))
+# The rules the registry's rows name (dvt_hpo.sampling.kinds.Derivation): the value of an
+# argument from the epochs a trial runs and the file's other arguments, None to leave it out.
+_DERIVE: dict[Derivation, Callable[[int | None, Mapping[str, Any]], int | None]] = {
+    "epochs": _all_epochs,
+    "below_last_epoch": _below_last_epoch,
+    "first_rung": _first_rung,
+}

@@ -110,9 +110,8 @@ def read_study(
     )
     if multi_objective:
         check_multi_objective(r, sec, key, sampler_kind)
-    if sampler_kind == "tpe" and parallel > 1:
-        # Parallel trials would all sample the same promising point without it.
-        sampler_kwargs.setdefault("constant_liar", True)
+    # Written into the spec (TPE's constant liar), so the runtime never fills one again.
+    sampler_kwargs = kinds.SAMPLERS[sampler_kind].parallel_kwargs(sampler_kwargs, parallel)
     pruner_kind, pruner_kwargs = read_algorithm(
         r,
         sec,

@@ -425,6 +425,48 @@ def make_fits(
 # The trainer
 
 
+@dataclass(frozen=True)
+class _Training:
+    """What a run trains with, built once by :meth:`Trainer._fit` and used by every epoch."""
+
+    data: DataBundle
+    model: nn.Module  # DDP-wrapped under torchrun, else raw_model
+    raw_model: nn.Module
+    train_loader: DataLoader[Any]
+    train_sampler: DistributedSampler[Any] | None
+    val_loader: DataLoader[Any]
+    optimizer: Any
+    scheduler: Any
+    step_on: str
+    precision: Precision
+    scaler: Any
+    ema: Ema | None
+    eval_model: nn.Module
+    measures: TrialMeasures
+    checkpointer: Checkpointer | None
+
+    @property
+    def generator(self) -> Any:
+        """The training loader's generator: its state is part of the resume state."""
+        return self.train_loader.generator
+
+    def checkpoint(
+        self, epoch: int, metrics: dict[str, float], cfg: TrainerConfig
+    ) -> dict[str, Any]:
+        """What ``checkpoint.enable_checkpointing`` saves after ``epoch``."""
+        return {
+            "epoch": epoch,
+            "metrics": metrics,
+            "model": self.raw_model.state_dict(),
+            "ema": self.ema.module.state_dict() if self.ema is not None else None,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "scaler": self.scaler.state_dict(),
+            "config": cfg.to_dict(),
+            "class_names": list(self.data.class_names),
+        }
+
+
 class Trainer:
     """Trains ``cfg`` and reports each epoch to ``ctx`` (see :meth:`fit`)."""
 
@@ -514,84 +556,103 @@ class Trainer:
         )
 
         # 4. Epochs: train, validate (global metrics), report, checkpoint.
+        training = _Training(
+            data=data,
+            model=model,
+            raw_model=raw_model,
+            train_loader=train_loader,
+            train_sampler=train_sampler,
+            val_loader=val_loader,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            step_on=step_on,
+            precision=precision,
+            scaler=scaler,
+            ema=ema,
+            eval_model=eval_model,
+            measures=measures,
+            checkpointer=checkpointer,
+        )
         optimizer_steps = 0
         metrics: dict[str, float] = {}
         epochs_run = first_epoch = 0
-        generator = train_loader.generator
         if resumed is not None:
             modules = {"model": raw_model, "ema": ema, "optimizer": optimizer}
             resume_state.restore_modules(resumed, **modules, scheduler=scheduler, scaler=scaler)
-            resume_state.restore_random(resumed, generator)
+            resume_state.restore_random(resumed, training.generator)
             first_epoch = epochs_run = resumed.next_epoch
             optimizer_steps, metrics = resumed.optimizer_steps, resumed.metrics
             log.info("resumed after epoch %d", first_epoch - 1)
         for epoch in range(first_epoch, cfg.epochs):
-            t0 = time.perf_counter()
-            if train_sampler is not None:
-                train_sampler.set_epoch(epoch)
-            train_loss, optimizer_steps = self._train_epoch(
-                model,
-                raw_model,
-                train_loader,
-                optimizer_steps,
-                optimizer=optimizer,
-                scaler=scaler,
-                precision=precision,
-                ema=ema,
-                scheduler=scheduler if step_on == "step" else None,
-            )
-            metrics = {"train_loss": train_loss, **self.evaluate(eval_model, val_loader, data)}
-            metrics = {key: metrics[key] for key in REPORTED_METRICS}
-            epoch_s = time.perf_counter() - t0
-            if info.is_chief:  # once per run, on the unwrapped model (see measure.py)
-                measures.measure_latency(eval_model, data.val[0][0], precision.autocast)
-            # The same values on every rank: the slowest rank's time and memory, the chief's
-            # latency.
-            metrics.update(self._global_max(measures.values(epoch_s)))
-            if scheduler is not None and step_on == "epoch":
-                if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
-                    scheduler.step(metrics["loss"])
-                else:
-                    scheduler.step()
+            metrics, optimizer_steps, stop = self._epoch(training, epoch, optimizer_steps)
             epochs_run = epoch + 1
-            log.info("epoch %d: %s", epoch, metrics)
-            if checkpointer is not None:
-                checkpointer.save(
-                    epoch,
-                    metrics,
-                    {
-                        "epoch": epoch,
-                        "metrics": metrics,
-                        "model": raw_model.state_dict(),
-                        "ema": ema.module.state_dict() if ema is not None else None,
-                        "optimizer": optimizer.state_dict(),
-                        "scheduler": scheduler.state_dict() if scheduler is not None else None,
-                        "scaler": scaler.state_dict(),
-                        "config": cfg.to_dict(),
-                        "class_names": list(data.class_names),
-                    },
-                )
-            parts = {
-                "optimizer_steps": optimizer_steps,
-                "metrics": metrics,
-                "model": raw_model,
-                "ema": ema,
-                "optimizer": optimizer,
-                "scheduler": scheduler,
-                "scaler": scaler,
-                "generator": generator,
-            }
-            try:
-                stop = self._report(epoch, metrics)
-            except TrialPruned:
-                # trials.pause: the stop may be a pause; its continuation starts from here.
-                if getattr(self.ctx, "pause_enabled", False):
-                    self._save_resume(epoch, force=True, **parts)
-                raise
             if stop:
                 break
-            self._save_resume(epoch, **parts)
         return {**metrics, "epochs_run": float(epochs_run)}
+
+    def _epoch(
+        self, training: _Training, epoch: int, optimizer_steps: int
+    ) -> tuple[dict[str, float], int, bool]:
+        """One epoch: train, validate, step the scheduler, checkpoint, report, save the resume
+        state. Returns the epoch's metrics, the optimizer steps taken so far and whether the
+        other ranks must stop (the chief raises ``TrialPruned`` instead)."""
+        cfg, info = self.cfg, self.info
+        t0 = time.perf_counter()
+        if training.train_sampler is not None:
+            training.train_sampler.set_epoch(epoch)
+        train_loss, optimizer_steps = self._train_epoch(
+            training.model,
+            training.raw_model,
+            training.train_loader,
+            optimizer_steps,
+            optimizer=training.optimizer,
+            scaler=training.scaler,
+            precision=training.precision,
+            ema=training.ema,
+            scheduler=training.scheduler if training.step_on == "step" else None,
+        )
+        metrics = {
+            "train_loss": train_loss,
+            **self.evaluate(training.eval_model, training.val_loader, training.data),
+        }
+        metrics = {key: metrics[key] for key in REPORTED_METRICS}
+        epoch_s = time.perf_counter() - t0
+        if info.is_chief:  # once per run, on the unwrapped model (see measure.py)
+            training.measures.measure_latency(
+                training.eval_model, training.data.val[0][0], training.precision.autocast
+            )
+        # The same values on every rank: the slowest rank's time and memory, the chief's
+        # latency.
+        metrics.update(self._global_max(training.measures.values(epoch_s)))
+        scheduler = training.scheduler
+        if scheduler is not None and training.step_on == "epoch":
+            if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+                scheduler.step(metrics["loss"])
+            else:
+                scheduler.step()
+        log.info("epoch %d: %s", epoch, metrics)
+        if training.checkpointer is not None:
+            training.checkpointer.save(epoch, metrics, training.checkpoint(epoch, metrics, cfg))
+        parts = {
+            "optimizer_steps": optimizer_steps,
+            "metrics": metrics,
+            "model": training.raw_model,
+            "ema": training.ema,
+            "optimizer": training.optimizer,
+            "scheduler": scheduler,
+            "scaler": training.scaler,
+            "generator": training.generator,
+        }
+        try:
+            stop = self._report(epoch, metrics)
+        except TrialPruned:
+            # trials.pause: the stop may be a pause; its continuation starts from here.
+            if getattr(self.ctx, "pause_enabled", False):
+                self._save_resume(epoch, force=True, **parts)
+            raise
+        if not stop:
+            self._save_resume(epoch, **parts)
+        return metrics, optimizer_steps, stop
 
     # ---- pieces of fit ---------------------------------------------------------------------
 

@@ -355,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         ended, metrics=metrics, pruned_step=ctx.pruned_step if ctx else None, rank=rank
     )
     if importing is not None and ended is not None and result.failed:
-        log = str(trial_dir / "stderr.log") if client is not None and trial_dir else None
+        log = str(TrialDir(trial_dir).stderr) if client is not None and trial_dir else None
         result = import_failed(result, ended, importing, log)
     result = dataclasses.replace(
         result,

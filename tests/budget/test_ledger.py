@@ -100,3 +100,14 @@ def test_the_ledger_reads_only_new_and_unfinished_trials(tmp_path: Path) -> None
     assert reads == [started._trial_id]
     assert ledger.budget(lambda n: n == started.number) == Budget(33, 0, 0)  # told
     assert ledger.used(below=running.number + 1) == running.number + 1
+
+
+def test_the_budget_says_when_no_trial_may_start_and_when_nothing_is_left() -> None:
+    assert not Budget(used=5, waiting=0, foreign_running=0).all_asked(None)  # no n_trials
+    assert not Budget(used=4, waiting=0, foreign_running=0).all_asked(5)
+    assert Budget(used=5, waiting=0, foreign_running=1).all_asked(5)
+    assert not Budget(used=5, waiting=1, foreign_running=0).all_asked(5)  # retries still run
+    assert Budget(used=5, waiting=0, foreign_running=0).nothing_left(5)
+    assert not Budget(used=5, waiting=0, foreign_running=1).nothing_left(5)
+    assert not Budget(used=5, waiting=0, foreign_running=0, pending=1).nothing_left(5)
+    assert not Budget(used=5, waiting=0, foreign_running=0).nothing_left(None)

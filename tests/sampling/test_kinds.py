@@ -75,6 +75,29 @@ def test_the_seed_rule_is_the_rows() -> None:
     assert not SAMPLERS["grid"].offset_seed
 
 
+def test_the_parallel_rule_is_the_rows() -> None:
+    """TPE's constant liar under parallel trials: one column, read by the loader (written
+    into the spec) and the factory (a spec built in code)."""
+    tpe = SAMPLERS["tpe"]
+    assert tpe.parallel_kwargs({"seed": 1}, 2) == {"seed": 1, "constant_liar": True}
+    assert tpe.parallel_kwargs({"constant_liar": False}, 4) == {"constant_liar": False}
+    assert tpe.parallel_kwargs({}, 1) == {}
+    assert SAMPLERS["random"].parallel_kwargs({}, 4) == {}
+    spec = SamplerSpec("tpe", {"constant_liar": False})
+    assert not build_sampler(spec, (), parallel=2)._constant_liar  # the file's word holds
+    assert build_sampler(SamplerSpec("tpe"), (), parallel=2)._constant_liar
+
+
+def test_the_derived_arguments_are_the_rows() -> None:
+    derived = {k: row.derived_arguments for k, row in PRUNERS.items() if row.derived}
+    assert derived == {
+        "hyperband": ("max_resource",),
+        "wilcoxon": ("max_resource",),
+        "wilcoxon_halving": ("max_resource",),
+        "mo_asha": ("min_resource", "max_resource"),
+    }
+
+
 def test_the_defaults_are_one_table_by_shape() -> None:
     assert set(DEFAULTS) == {"one objective", "short curves", "constrained", "several objectives"}
     for sampler, pruner in DEFAULTS.values():

@@ -13,12 +13,13 @@ import optuna
 import pytest
 
 from dvt_hpo.budget.compute import STARTED_ATTR
-from dvt_hpo.exceptions import SpecError
+from dvt_hpo.exceptions import SpecError, StudyStopped
 from dvt_hpo.optuna_api.private import study_id_of
 from dvt_hpo.spec.model import StudySpec
 from dvt_hpo.store import compat
 from dvt_hpo.study.setup import (
     check_runs_dir,
+    open_checked,
     open_for_run,
     reseeded_sampler,
     runs_dir_problem,
@@ -131,3 +132,28 @@ def test_an_unusable_runs_dir_is_a_spec_error_naming_the_field(
     with pytest.raises(SpecError, match="trials.runs_dir must be a folder") as refused:
         check_runs_dir(spec)
     assert refused.value.field == "trials.runs_dir"
+
+
+def test_a_run_opens_its_study_after_checking_its_runs_dir(
+    spec_of: Callable[..., StudySpec], tmp_path: Path
+) -> None:
+    spec = spec_of()
+    assert open_checked(spec, allow_space_change=False, out=print).study.study_name == "setup"
+    (tmp_path / "file").write_text("")
+    bad = spec_of(trials={"runs_dir": str(tmp_path / "file" / "runs")})
+    with pytest.raises(SpecError, match="trials.runs_dir"):
+        open_checked(bad, allow_space_change=False, out=print)
+
+
+def test_a_storage_that_cannot_be_opened_is_one_line(
+    spec_of: Callable[..., StudySpec], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refused(*args: Any, **kwargs: Any) -> None:
+        raise OSError("disk gone\nmore detail")
+
+    monkeypatch.setattr("dvt_hpo.study.setup.open_for_run", refused)
+    spec = spec_of(study={"storage": "sqlite:///x.db?secret=1"})
+    with pytest.raises(StudyStopped) as stopped:
+        open_checked(spec, allow_space_change=False, out=print)
+    assert str(stopped.value).startswith("cannot open study.storage ")
+    assert str(stopped.value).endswith(": OSError: disk gone")

@@ -71,3 +71,17 @@ def test_after_an_outage_met_by_a_heartbeat_no_trial_is_judged_stale(
     sweeper.db._back_at -= 3  # type: ignore[operator]
     sweeper.sweep()
     assert _states(sweeper) == ["FAIL", "WAITING"]
+
+
+def test_the_other_workers_running_trials_and_their_heartbeats_ages(
+    write_study: Callable[..., Path],
+) -> None:
+    running: dict[int, Any] = {}
+    sweeper = _sweeper(write_study, running)
+    ours, theirs, silent = sweeper.study.ask(), sweeper.study.ask(), sweeper.study.ask()
+    running[ours.number] = SimpleNamespace(trial_id=ours._trial_id)
+    beat_ago(sweeper.storage, theirs._trial_id, 10)
+    numbers, ages = sweeper.foreign_running()
+    assert numbers == [theirs.number, silent.number]
+    assert set(ages) == {theirs.number}  # a trial that never beat has no age
+    assert ages[theirs.number] >= 9

@@ -6,13 +6,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
+from dvt_hpo.sampling.kinds import PRUNERS, Derivation
 from dvt_hpo.spec.model import PrunerSpec, StudySpec
 from dvt_hpo.studyfile import load_spec
-from dvt_hpo.studyfile.defaults import derive_budget_settings, file_epochs
+from dvt_hpo.studyfile.defaults import _DERIVE, derive_budget_settings, file_epochs
 from tests.conftest import toy_study
 
 EPOCHS_DIM = {"name": "epochs", "path": "epochs", "kind": "int", "low": 2, "high": 30}
@@ -85,3 +86,10 @@ def test_a_files_epochs_are_read_from_the_trainer_config() -> None:
     assert file_epochs({"trainer": {"config": {"epochs": 52}}}) == 52
     for root in ({}, {"trainer": {"config": {}}}, {"trainer": {"config": {"epochs": True}}}):
         assert file_epochs(root) is None
+
+
+def test_every_rule_a_row_names_is_here() -> None:
+    """The loader reads the pruner's row (kinds.Kind.derived) and has a rule for each name."""
+    assert set(_DERIVE) == set(get_args(Derivation))
+    named = {how for row in PRUNERS.values() for _, how in row.derived}
+    assert named == set(_DERIVE)
