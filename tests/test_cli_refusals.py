@@ -46,6 +46,20 @@ NEWCOMER_MISTAKES = {
         "7: trainer.config.model.kwargs.widht",
         "did you mean 'width'?",
     ),
+    "builtin-optimizer-keyword": (
+        "trainer:\n  config: {optim: {target: torch.optim.SGD, optim_args: {lrr: 0.1}}}\n"
+        "search_space:\n  - {name: w, path: model.kwargs.width, kind: categorical, "
+        "choices: [8, 16]}\n",
+        "7: trainer.config.optim.optim_args.lrr",
+        "did you mean 'lr'?",
+    ),
+    "builtin-optimizer-choice": (
+        "trainer:\n  config: {epochs: 1}\n"
+        "search_space:\n  - {name: o, path: optim.target, kind: categorical, "
+        "choices: [torch.optim.SGD, torch.optim.AdamWW]}\n",
+        "9: search_space[0].choices[1]",
+        "did you mean 'torch.optim.AdamW'?",
+    ),
     "command-metric-not-in-pattern": (
         f"trainer:\n  command: ['{{python}}', train.py, --lr, '{{lr}}']\n"
         f"  metrics_pattern: '{PATTERN}'\n"
@@ -90,6 +104,22 @@ def test_a_newcomer_mistake_is_refused_before_anything_is_written(
     before = listing(tmp_path)
     err = refused([command, "study.yaml"], capsys)
     assert f"study.yaml:{where}: " in err and says in err, err
+    assert listing(tmp_path) == before
+
+
+def test_run_with_workers_refuses_a_warm_start_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``run --workers 2``: the refusal once, before any worker starts (not one line per
+    worker), and nothing written."""
+    body, _, _ = NEWCOMER_MISTAKES["warm-start-of-no-study"]
+    (tmp_path / "mytrain.py").write_text(TRAINER)
+    (tmp_path / "study.yaml").write_text(study_text(body, warm_start=True))
+    monkeypatch.chdir(tmp_path)
+    before = listing(tmp_path)
+    err = refused(["run", "study.yaml", "--workers", "2"], capsys)
+    assert "study.yaml:4: study.warm_start.study: cannot read the earlier study" in err, err
+    assert "[w" not in err
     assert listing(tmp_path) == before
 
 

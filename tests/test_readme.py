@@ -48,3 +48,14 @@ def test_the_quickstart_install_has_what_the_first_screen_runs_next() -> None:
     setup = readme.split("## Set up and run", 1)[1].split("\n## ", 1)[0]
     quickstart = _bash_blocks(setup)[0]
     assert "-e '.[dashboard,report]'" in quickstart, quickstart
+
+
+def test_every_relative_link_of_the_readme_exists_in_the_checkout() -> None:
+    """The README is read on a forge and in a checkout, not only in the built site: a link to
+    a page that exists only once built (a generated reference) is a 404 there."""
+    readme = (ROOT / "README.md").read_text()
+    targets = re.findall(r"\]\(\s*([^)\s]+)", readme)
+    relative = [t for t in targets if not re.match(r"^[a-z][a-z0-9+.-]*:", t) and t[0] != "#"]
+    assert relative, "no relative link found: the pattern is wrong"
+    missing = [t for t in relative if not (ROOT / t.split("#", 1)[0]).exists()]
+    assert not missing, f"README.md links to files the checkout lacks: {missing}"

@@ -32,12 +32,22 @@ __all__ = [
     "RETRY_HISTORY_ATTR",
     "Attempt",
     "first_superseding",
+    "limit_name",
     "uncounted",
     "uncounted_attempts",
     "within_retries",
 ]
 
 OVER_BUDGET_ATTR = "dvt_hpo:over_budget"  # closed at once: asked past the budget by a race
+
+
+def limit_name(why: str) -> str:
+    """``hours`` of ``study.budget.hours=0.5 spent (0.5 hours)``: a trial's ``over_budget``
+    user attr, one word to filter on whether the trial was stopped or its copy closed (the
+    whole line goes in its ``reason``)."""
+    return why.split("=", 1)[0].removeprefix("study.budget.").strip()
+
+
 # Set on a trial copied from an earlier study (its "study#number"): never counted, never run.
 PRIOR_ATTR = "dvt_hpo:prior"
 RETRY_HISTORY_ATTR = "retry_history"  # Optuna's retry callback: the attempts a copy retries

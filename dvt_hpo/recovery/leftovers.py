@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from dvt_hpo.budget.trials import OVER_BUDGET_ATTR
+from dvt_hpo.budget.trials import OVER_BUDGET_ATTR, limit_name
 from dvt_hpo.optuna_api.private import set_trial_user_attrs, trial_id_of
 from dvt_hpo.recovery import resume, retries
 
@@ -75,7 +75,7 @@ def close_copies(
     if not copies_to_close(trials):
         return []
     closed: list[int] = []
-    limit = why.split("=", 1)[0].removeprefix("study.budget.")
+    limit = limit_name(why)
     with lock():
         by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
         for number in copies_to_close(list(by_number.values())):

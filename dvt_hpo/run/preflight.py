@@ -14,7 +14,9 @@
 - The storage driver is installed and the GPUs named in ``trials.devices`` exist.
 - For the built-in trainer, its own config: ``model.builder`` (also each searched choice) is a
   built-in builder or a ``package.module:function`` found by the same rule, and takes every
-  ``model.kwargs`` key (:mod:`dvt_hpo.run.builders`, from the builder's source);
+  ``model.kwargs`` key (:mod:`dvt_hpo.run.builders`, from the builder's source); the
+  ``optim.target`` and ``sched.target`` classes (also searched choices) exist and take every
+  ``optim_args`` / ``sched_args`` key, from their sources too;
   ``devices.device: cuda`` needs a GPU in every trial slot.
 """
 
@@ -244,10 +246,11 @@ def check_runnable(doc: Doc, spec: StudySpec) -> None:
 
     check_slots(spec, slots)  # study.budget.gpu_hours where no slot has a GPU
     if entrypoint == BUILTIN_ENTRYPOINT:
-        from dvt_hpo.run.builders import check_model_kwargs
+        from dvt_hpo.run.builders import check_model_kwargs, check_optim_sched
 
         _check_builders(doc, spec)
         check_model_kwargs(doc, spec)
+        check_optim_sched(doc, spec)
         per_trial = min(len(slot.gpus) for slot in slots)
         _check_device(doc, spec, per_trial, on_cpu)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dvt_hpo.budget.trials import limit_name
 from dvt_hpo.optuna_api.private import storage_of, trial_id_of
 from dvt_hpo.process import launch
 from dvt_hpo.process.tree import describe_exit
@@ -76,7 +77,9 @@ def trial_attrs(
         attrs["pruned_step"] = facts.pruned_step
     if facts.over_budget is not None and outcome.state != "COMPLETE":
         attrs["status"] = "over-budget"
-        attrs["over_budget"] = facts.over_budget
+        # The limit's name, as a closed retry copy has it; the line (how much was spent) is in
+        # the reason the strict stop gives (TrialRun).
+        attrs["over_budget"] = limit_name(facts.over_budget)
     attrs.update(facts.resumed)
     if facts.strays:
         # Processes that left the trial's group, found by its token and stopped.

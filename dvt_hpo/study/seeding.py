@@ -27,8 +27,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.budget.trials import PRIOR_ATTR
-from dvt_hpo.exceptions import SpecError
+from dvt_hpo.exceptions import SpecError, StudyNotFoundError
 from dvt_hpo.studyfile.seeding import misfit
+from dvt_hpo.studyfile.urls import journal_path, sqlite_path
 from dvt_hpo.text.redact import redact_url
 
 if TYPE_CHECKING:
@@ -87,8 +88,29 @@ def read_warm_start(spec: StudySpec) -> Seeds:
     if warm is None:
         return seeds
     url = warm.storage or spec.study.storage
+    # The earlier study's database, not this study's: the store's own refusal would name
+    # study.storage and say to run this study file first, the wrong fix.
+    left_out = url == spec.study.storage
+    field = "study.warm_start.study" if left_out else "study.warm_start.storage"
+    path = sqlite_path(url) or journal_path(url)
+    if path is not None and not path.is_file():
+        where = (
+            " (study.warm_start.storage left out: this study's study.storage)" if left_out else ""
+        )
+        raise _error(
+            spec,
+            field,
+            f"cannot read the earlier study {warm.study!r}: no database at {path}{where}; set "
+            "study.warm_start.storage to the database the earlier study ran in",
+        )
     try:
         source = StudyAt(url, warm.study, spec.path).load().study
+    except StudyNotFoundError as exc:
+        raise _error(
+            spec,
+            field if "no study named" not in exc.problem else "study.warm_start.study",
+            f"cannot read the earlier study {warm.study!r} on {exc.redacted_url}: {exc.problem}",
+        ) from None
     except Exception as exc:  # noqa: BLE001 - one line naming the field, the URL redacted
         text = redact_url(str(getattr(exc, "message", exc)))
         raise _error(

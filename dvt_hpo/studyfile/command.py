@@ -20,7 +20,7 @@ from dvt_hpo.config.source import Key
 from dvt_hpo.spec.model import COMMAND_ENTRYPOINT, Dimension, TrainerSpec
 from dvt_hpo.studyfile.fields import Reader
 
-__all__ = ["check_command", "read_command"]
+__all__ = ["check_command", "check_placeholders", "read_command"]
 
 STEP_GROUP = "step"
 
@@ -114,11 +114,19 @@ def check_command(
             "search calls a fits(batch_size) function inside the trainer's process); set "
             "auto: false, or search the batch size as a dimension",
         )
+    check_placeholders(r, trainer.command, dims, trainer.config)
+
+
+def check_placeholders(
+    r: Reader, command: Sequence[str], dims: Sequence[Dimension], config: Mapping[str, Any]
+) -> None:
+    """Each placeholder of ``command`` resolves in every trial (a dimension's name or path, a
+    trainer.config field, a reserved name)."""
     by_name = {d.name: d for d in dims}
     dim_paths = {d.path for d in dims}
-    for i, arg in enumerate(trainer.command):
+    for i, arg in enumerate(command):
         for name in placeholders(arg):
-            problem = _unresolved(name, by_name, dim_paths, trainer.config)
+            problem = _unresolved(name, by_name, dim_paths, config)
             if problem is not None:
                 raise r.err(("trainer", "command", i), f"placeholder {{{name}}}: {problem}")
 

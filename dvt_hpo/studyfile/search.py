@@ -80,8 +80,16 @@ def read_search_space(
                     "dimensions may share a path only when their `when` conditions exclude "
                     "each other",
                 )
-        check_target(r, dim, (*key, i), schema, config, named)
         dims.append(dim)
+    if command is not None:
+        # A placeholder typo ({lrr} for dimension lr) first: it is the mistake, and the
+        # dimension it leaves unnamed would otherwise be refused as adding a key (new_key),
+        # the wrong fix.
+        from dvt_hpo.studyfile.command import check_placeholders
+
+        check_placeholders(r, command, dims, config)
+    for i, dim in enumerate(dims):
+        check_target(r, dim, (*key, i), schema, config, named)
     return tuple(dims)
 
 

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Set as AbstractSet
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ from dvt_hpo.budget.trials import (
     uncounted_attempts,
 )
 from dvt_hpo.config.units import format_bytes
+from dvt_hpo.optuna_api.private import trial_id_of
 from dvt_hpo.recovery.pause import PausedState, paused_states
 from dvt_hpo.recovery.retries import is_paused
 from dvt_hpo.results.front import no_feasible_message, select_best
@@ -96,6 +98,11 @@ class StudyStatus:
     budget_numbers: dict[str, Any] | None = None  # the same as numbers, for --json
     # trials.pause: the paused trials whose state is kept (seen from here), with its size.
     paused: list[PausedState] = field(default_factory=list)
+    # FAIL trials stopped by Ctrl-C or a signal (user attr status: interrupted): counted in
+    # counts["FAIL"], as Optuna records them, but shown apart from the failures, which they
+    # are not (the trial's own code did not fail; a rerun retries it).
+    n_stopped: int = 0
+    stopped: list[FailedTrial] = field(default_factory=list)  # the last ones, newest first
 
     @property
     def finished(self) -> int:
@@ -213,10 +220,41 @@ def _uncounted(storage: Any, study_id: int) -> dict[int, str]:
     )
 
 
+INTERRUPTED = "interrupted"  # a FAIL trial's user attr status when Ctrl-C or a signal stopped it
+
+
+def _interrupted(storage: Any, study_id: int) -> set[int]:
+    """The trial ids of the FAIL trials stopped by Ctrl-C or a signal (one query)."""
+    from optuna.trial import TrialState
+
+    engine = engine_of(storage)
+    if engine is None:
+        failed = storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.FAIL,))
+        return {trial_id_of(t) for t in failed if t.user_attrs.get("status") == INTERRUPTED}
+    import sqlalchemy
+
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sqlalchemy.text(
+                "SELECT t.trial_id FROM trials t JOIN trial_user_attributes a "
+                "ON a.trial_id = t.trial_id WHERE t.study_id = :sid AND t.state = :fail "
+                "AND a.key = 'status' AND a.value_json = :status"
+            ),
+            {"sid": study_id, "fail": TrialState.FAIL.name, "status": json.dumps(INTERRUPTED)},
+        ).all()
+    return {int(trial_id) for (trial_id,) in rows}
+
+
 def _last_failed(
-    storage: Any, study_id: int, n: int, state: str = "FAIL"
+    storage: Any,
+    study_id: int,
+    n: int,
+    state: str = "FAIL",
+    *,
+    leave_out: AbstractSet[int] = frozenset(),
 ) -> list[optuna.trial.FrozenTrial]:
-    """The last ``n`` trials that ended in ``state`` (FAIL: over-budget closures left out)."""
+    """The last ``n`` trials that ended in ``state`` (FAIL: over-budget closures and the
+    trial ids ``leave_out`` left out)."""
     from optuna.trial import TrialState
 
     engine = engine_of(storage)
@@ -232,11 +270,12 @@ def _last_failed(
                     "SELECT trial_id FROM trials WHERE study_id = :sid AND state = :state "
                     "ORDER BY datetime_complete DESC, number DESC LIMIT :n"
                 ),
-                {"sid": study_id, "n": 4 * n, "state": state},
+                {"sid": study_id, "n": 4 * n + len(leave_out), "state": state},
             ).all()
-        failed = [storage.get_trial(trial_id) for (trial_id,) in ids]
+        failed = [storage.get_trial(trial_id) for (trial_id,) in ids if trial_id not in leave_out]
     # A trial closed as over budget is not a failure worth showing.
     failed = [t for t in failed if not t.system_attrs.get(OVER_BUDGET_ATTR)]
+    failed = [t for t in failed if trial_id_of(t) not in leave_out]
     failed.sort(key=lambda t: (t.datetime_complete or datetime.min, t.number), reverse=True)
     return failed[:n]
 
@@ -248,6 +287,7 @@ def read_status(
     *,
     n_failures: int = 5,
     n_pruned: int = 3,
+    n_stopped: int = 3,
     now: float | None = None,
 ) -> StudyStatus:
     """The status of study ``study_id`` in ``storage`` (an Optuna storage, not the trial
@@ -305,19 +345,17 @@ def read_status(
         )
     running.sort(key=lambda r: r.number)
 
+    interrupted = _interrupted(storage, study_id) if counts["FAIL"] else set()
     failures, pruned = (
-        [
-            FailedTrial(
-                t.number,
-                reason_of(t.state.name, t.user_attrs) or "no reason recorded",
-                t.datetime_complete.isoformat(timespec="seconds") if t.datetime_complete else None,
-                t.user_attrs.get("retry_of"),
-            )
-            for t in _last_failed(storage, study_id, n, state)
-        ]
+        [_failed(t) for t in _last_failed(storage, study_id, n, state, leave_out=interrupted)]
         if counts[state]
         else []
         for state, n in (("FAIL", n_failures), ("PRUNED", n_pruned))
+    )
+    stopped = sorted(
+        (storage.get_trial(trial_id) for trial_id in interrupted),
+        key=lambda t: (t.datetime_complete or datetime.min, t.number),
+        reverse=True,
     )
     return StudyStatus(
         study=spec.study.name,
@@ -330,6 +368,8 @@ def read_status(
         running=running,
         failures=failures,
         pruned=pruned,
+        n_stopped=len(interrupted),
+        stopped=[_failed(t) for t in stopped[:n_stopped]],
         metrics=list(objective.names),
         directions=list(objective.directions),
         front=front,
@@ -340,6 +380,15 @@ def read_status(
         paused=paused_states(spec, storage.get_all_trials(study_id, deepcopy=False))
         if spec.trials.pause
         else [],
+    )
+
+
+def _failed(t: optuna.trial.FrozenTrial) -> FailedTrial:
+    return FailedTrial(
+        t.number,
+        reason_of(t.state.name, t.user_attrs) or "no reason recorded",
+        t.datetime_complete.isoformat(timespec="seconds") if t.datetime_complete else None,
+        t.user_attrs.get("retry_of"),
     )
 
 
@@ -371,6 +420,13 @@ def _fmt_elapsed(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}"
 
 
+def _count(state: str, n: int, stopped: int) -> str:
+    """``3 fail, 1 stopped``: the stopped trials, FAIL to Optuna, apart from the failures."""
+    if state != "FAIL" or not stopped:
+        return f"{n} {state.lower()}"
+    return f"{n - stopped} fail, {stopped} stopped"
+
+
 def format_status(status: StudyStatus) -> str:
     counts = status.counts
     finished = status.finished
@@ -382,7 +438,7 @@ def format_status(status: StudyStatus) -> str:
         f"study {status.study!r} on {status.storage}: {budget} trials finished, "
         + ", ".join(f"{d} {m}" for d, m in pairs),
         "  "
-        + ", ".join(f"{n} {s.lower()}" for s, n in counts.items())
+        + ", ".join(_count(s, n, status.n_stopped) for s, n in counts.items())
         + "".join(f"; {n} {why} (not counted)" for why, n in status.not_counted.items()),
     ]
     if status.budget is not None:
@@ -433,6 +489,11 @@ def format_status(status: StudyStatus) -> str:
         lines.append("last pruned:")
         for p in status.pruned:
             lines.append(f"  trial {p.number:>4}  {p.finished or '?'}  {p.reason}")
+    if status.stopped:
+        lines.append("last stopped (Ctrl-C or a signal; a rerun retries them):")
+        for f in status.stopped:
+            retry = f" (retry of {f.retry_of})" if f.retry_of is not None else ""
+            lines.append(f"  trial {f.number:>4}{retry}  {f.finished or '?'}  {f.reason}")
     if status.failures:
         lines.append("last failures:")
         for f in status.failures:

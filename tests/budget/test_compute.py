@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import optuna
 import pytest
 
 from dvt_hpo.budget import compute as compute_budget
-from dvt_hpo.budget.compute import UNITS_ATTR, ComputeLedger, Spent
+from dvt_hpo.budget.compute import UNITS_ATTR, BudgetDecision, ComputeLedger, Spent
 from dvt_hpo.budget.trials import PRIOR_ATTR
 from dvt_hpo.devices.slots import Slot
 from dvt_hpo.spec.model import BudgetSpec
@@ -30,6 +31,38 @@ def test_the_first_spent_limit_is_named() -> None:
     assert compute_budget.budget_text(budget, Spent(gpu_hours=1.5, epochs=7)) == (
         "gpu_hours 1.5/2, epochs 7/100"
     )
+
+
+def _watch(budget: BudgetSpec, hours_ago: float) -> compute_budget.BudgetWatch:
+    """A watch on an empty study that started ``hours_ago``: only ``hours`` can be spent."""
+    storage = optuna.storages.InMemoryStorage()
+    study_id = storage.get_study_id_from_name(optuna.create_study(storage=storage).study_name)
+    return compute_budget.BudgetWatch(
+        budget,
+        storage,
+        study_id,
+        time.time() - hours_ago * 3600,
+        study_lock=contextlib.nullcontext(),
+        db=lambda call, what: call(),
+    )
+
+
+def test_the_budget_decides_launches_and_strict_stops() -> None:
+    assert _watch(BudgetSpec(hours=1.0), 0.5).decide({3}) == BudgetDecision(None)
+    why = "study.budget.hours=1 spent (2 hours)"
+    assert _watch(BudgetSpec(hours=1.0), 2.0).decide(()) == BudgetDecision(
+        f"{why}: no new trials", why
+    )
+    # Not strict: the running trials finish.
+    assert _watch(BudgetSpec(hours=1.0), 2.0).decide({3, 4}) == BudgetDecision(
+        f"{why}: no new trials; waiting for 2 running trial(s)", why
+    )
+    # Strict: every running trial is stopped.
+    assert _watch(BudgetSpec(hours=1.0, strict=True), 2.0).decide({3, 4}) == BudgetDecision(
+        f"{why}: no new trials; stopping 2 running trial(s) (strict)", why, frozenset({3, 4})
+    )
+    # A strict budget with nothing running stops nothing.
+    assert _watch(BudgetSpec(hours=1.0, strict=True), 2.0).decide(()).stop == frozenset()
 
 
 def test_a_trial_counts_its_gpus_or_its_threads() -> None:
@@ -192,23 +225,41 @@ def test_status_the_report_and_mlflow_show_spent_over_total(
 
 @pytest.mark.processes
 def test_a_strict_hours_budget_stops_a_trial_that_never_reports(
-    write_study: Callable[..., Path],
+    write_study: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from dvt_hpo.studyfile import load_spec
     from tests.conftest import run_keeping_failures
 
-    # 10 s of wall time, counted from the study's start: room for the first trial to start on
-    # a loaded machine (2 s were spent before it started under load). The trial sleeps 300 s
-    # without a report: the loop's wake stops it.
-    doc = toy_study("hours", study={"n_trials": 5, "budget": {"hours": 10 / 3600, "strict": True}})
-    doc["trainer"]["config"]["actions"] = [{"do": "sleep", "seconds": 300}]
+    # 30 s of wall time, counted from the study's start: a wide margin for the first trial to
+    # start on a loaded machine (2 s were spent before it started under load, which a 2 s
+    # budget did not survive). Once the trial runs (its file written: an event, not a delay),
+    # the budget's clock moves 30 s on, so the test does not wait them out; the trial sleeps
+    # 300 s without a report, and the loop's wake stops it.
+    started = tmp_path / "trial-started"
+    real_time = time.time
+
+    class Clock:
+        """The budget module's ``time``: real, plus the budget once the trial has started."""
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(time, name)
+
+        def time(self) -> float:
+            return real_time() + (30.0 if started.exists() else 0.0)
+
+    monkeypatch.setattr(compute_budget, "time", Clock())
+    doc = toy_study("hours", study={"n_trials": 5, "budget": {"hours": 30 / 3600, "strict": True}})
+    doc["trainer"]["config"]["actions"] = [
+        {"do": "write", "path": str(started), "text": "running"},
+        {"do": "sleep", "seconds": 300},
+    ]
     lines: list[str] = []
     study = run_keeping_failures(load_spec(write_study(doc)), lines)
     (trial,) = study.trials
     assert trial.state.name == "FAIL" and trial.user_attrs["status"] == "over-budget", lines
     assert trial.user_attrs["duration_s"] < 60, lines
     assert "study.budget.hours" in trial.user_attrs["reason"], trial.user_attrs["reason"]
-    # The line naming the limit spent, as docs/budgets.md says.
-    assert trial.user_attrs["over_budget"].startswith("study.budget.hours=")
+    # The limit's name, as docs/budgets.md says (the line is in the reason).
+    assert trial.user_attrs["over_budget"] == "hours"
     # Not retried: an over-budget stop is the budget's decision, not a crash.
     assert not any(t.state.name == "WAITING" for t in study.trials)

@@ -48,11 +48,24 @@ def test_a_failed_trial_keeps_the_tails_machine_and_budget() -> None:
     attrs = trial_attrs(outcome, facts)
     assert attrs["exit"] == "unknown"
     assert attrs["status"] == "over-budget"
-    assert attrs["over_budget"].startswith("study.budget.epochs")
+    # The limit's name, as a closed retry copy's (docs/budgets.md).
+    assert attrs["over_budget"] == "epochs"
     assert attrs["diverged_step"] == 3 and attrs["strays_stopped"] == [123]
     assert attrs["resumed_epochs"] == 1 and attrs["machine_failure"] == "cuda"
     assert len(attrs["reason"]) == 2000
     assert len(attrs["stderr_tail"]) == 8000 and len(attrs["traceback"]) == 8000
+
+
+def test_a_strict_stop_keeps_the_limits_line_in_its_reason() -> None:
+    line = "study.budget.hours=0.5 spent (0.51 hours)"
+    facts = RunFacts(duration_s=1.0, returncode=0, pruned_step=2, over_budget=line)
+    reason = f"stopped: {line} (study.budget.strict)"  # as TrialRun words it
+    attrs = trial_attrs(Outcome("PRUNED", "pruned", reason=reason), facts)
+    assert (attrs["status"], attrs["over_budget"], attrs["reason"]) == (
+        "over-budget",
+        "hours",
+        reason,
+    )
 
 
 def test_an_over_budget_trial_that_completed_is_not_marked() -> None:

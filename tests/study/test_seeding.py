@@ -117,6 +117,22 @@ def test_the_earlier_storage_password_is_never_shown(write_study: Callable[..., 
     assert "hunter2" not in str(info.value) and "cannot read the earlier study" in str(info.value)
 
 
+def test_a_missing_earlier_database_is_named_at_warm_start_storage(
+    write_study: Callable[..., Path], tmp_path: Path
+) -> None:
+    """The earlier study's database, not this study's: no advice to run this study first."""
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    doc = toy_study("new", study={"warm_start": {"study": "old", "storage": url}})
+    spec = load_spec(write_study(doc))
+    with pytest.raises(SpecError) as info:
+        seeding.read_warm_start(spec)
+    assert info.value.field == "study.warm_start.storage", str(info.value)
+    assert f"no database at {tmp_path / 'old.db'}; set study.warm_start.storage" in str(info.value)
+    assert "study.storage" not in str(info.value).replace("warm_start.storage", "")
+    assert "dvt-hpo run" not in str(info.value)
+    assert not (tmp_path / "old.db").exists()
+
+
 def test_a_worker_killed_before_the_mark_leaves_nothing_twice(
     write_study: Callable[..., Path],
 ) -> None:

@@ -108,6 +108,19 @@ BAD = [
         "(reserved: {config}, {config_json}, {trial_dir}, {trial_number}, {python}, {resume_dir})",
     ),
     case(
+        # Dimension lr, named by no placeholder, would add a key: the typo is what to fix, not
+        # a new_key flag.
+        "placeholder-typo-before-unread-dimension",
+        with_command('"{python}"', '"--lr={lrr}"').replace(
+            "path: lr, kind: float, low: 1.0e-4, high: 0.1, log: true, new_key: true",
+            "kind: float, low: 1.0e-4, high: 0.1, log: true",
+        ),
+        COMMAND_LINE,
+        "trainer.command[1]",
+        "placeholder {lrr}: 'lrr' is not a search dimension, a trainer.config field or a "
+        "reserved name; did you mean 'lr'?",
+    ),
+    case(
         "config-field-typo",
         with_command('"{python}"', '"{optim.momentun}"'),
         COMMAND_LINE,

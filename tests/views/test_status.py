@@ -43,6 +43,35 @@ def test_status_reads_counts_best_running_and_failures(tmp_path: Path) -> None:
     assert "CUDA out of memory at batch 512" in text
 
 
+def test_a_trial_stopped_by_ctrl_c_is_shown_as_stopped_not_failed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Ctrl-C'd trial (FAIL to Optuna, status: interrupted) is not a failure: counted and
+    listed apart, in the text and in --json."""
+    spec = make_study(tmp_path, running=False)
+    study = optuna.load_study(study_name=spec.study.name, storage=spec.study.storage)
+    trial = study.ask()
+    trial.set_user_attr("status", "interrupted")
+    trial.set_user_attr("reason", "interrupted (the study was stopped)")
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    opened = StudyAt.of(spec).load()
+    status = read_status(opened.storage, opened.study_id, spec)
+    assert status.counts["FAIL"] == 2 and status.n_stopped == 1
+    assert [f.number for f in status.failures] == [5]
+    assert [(f.number, f.reason) for f in status.stopped] == [
+        (6, "interrupted (the study was stopped)")
+    ]
+    text = format_status(status)
+    assert "1 fail, 1 stopped" in text, text
+    stopped, failures = text.index("last stopped"), text.index("last failures:")
+    assert "trial    6" in text[stopped:failures] and "trial    6" not in text[failures:], text
+
+    assert main(["status", str(tmp_path / "study.yaml"), "--json"]) == EXIT_OK
+    data = json.loads(capsys.readouterr().out)
+    assert data["n_stopped"] == 1 and [f["number"] for f in data["stopped"]] == [6]
+    assert [f["number"] for f in data["failures"]] == [5]
+
+
 def test_last_report_falls_back_to_intermediate_values(tmp_path: Path) -> None:
     study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'x.db'}")
     trial = study.ask()
