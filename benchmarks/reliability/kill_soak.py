@@ -11,10 +11,15 @@ control socket close and end themselves), ``node`` freezes the worker and every 
 started (SIGSTOP, its trials' own sessions included) then SIGKILLs them all, as a lost node
 does; ``both`` alternates rounds. ``--resume``: ``trials.resume`` on, trials of ``--epochs``
 epochs (``tests/entrypoints/resumable.py:counter``: its state saved after every epoch, the last
-included, then a final step of ``--final-s``); each round also counts the epochs trained twice
-beyond the one in progress at a kill (the copies' ``redone_epochs``) and the COMPLETE values
-that differ from an uninterrupted run of the same params (the counter's value is a function of
-its param).
+included, then a final step of ``--final-s``); each round also counts, from the trainer's own
+log (``counter`` appends ``"<trial> <epoch>"`` once an epoch's work is done, whichever
+orchestrator ran it), the epochs trained twice beyond the one in progress at a kill (per copy:
+the epochs its chain's earlier attempts had trained, less one), the COMPLETE values that differ
+from an uninterrupted run of the same params (the counter's value is a function of its param),
+and, to show the issue-47 windows were hit, the copies that resumed past their last epoch (a
+state saved after it: ``resumed_epochs`` equal to ``--epochs``) and the trials a sweep recorded
+from their result after their worker died. A copy that silently restarted from epoch 0 trains
+its chain's saved epochs again and fails the round.
 
 Each round is what preemption, ``scancel`` or a lost node does to a study on a cluster:
 ``--workers`` ``dvt-hpo run`` processes (each in a session of its own, like separate jobs) share
@@ -68,6 +73,8 @@ from tests.lost_nothing import problems  # noqa: E402
 DEFAULT_POSTGRES = os.environ.get(
     "DVT_HPO_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
 )
+# In the round's folder: ``counter``'s line per epoch trained (``"<trial> <epoch>"``).
+EPOCH_LOG = "epochs.txt"
 
 
 @dataclass
@@ -82,11 +89,20 @@ class Round:
     counted: int = 0
     orphans: int = 0
     kind: str = "orchestrator"
-    redone: int = 0  # epochs trained twice beyond the one in progress at a kill (--resume)
+    asked: int = 0  # n_trials
+    # Epochs trained twice beyond the one in progress at a kill, from the trainer's log
+    # (--resume).
+    twice: int = 0
     differ: int = 0  # COMPLETE values unlike an uninterrupted run's (--resume)
     swept: int = 0  # trials recorded COMPLETE by a sweep after their worker died
+    past: int = 0  # copies that resumed past their last epoch (--resume)
     seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
+
+    @property
+    def lost(self) -> int:
+        """Trials asked less trials counted (a round whose study could not be read lost all)."""
+        return max(0, self.asked - self.counted)
 
 
 def _env() -> dict[str, str]:
@@ -138,6 +154,7 @@ def _study_file(folder: Path, url: str, args: argparse.Namespace) -> tuple[Path,
                 "epochs": args.epochs,
                 "sleep_s": args.trial_s / args.epochs,
                 "final_s": args.final_s,
+                "epoch_log": str(folder / EPOCH_LOG),
             },
         }
     path = folder / "study.yaml"
@@ -222,6 +239,57 @@ def _expected(x: float, epochs: int) -> float:
     return value
 
 
+def trained_epochs(log: Path) -> dict[int, list[int]]:
+    """The epochs each attempt trained, by trial number, as ``counter`` logged them (each line
+    one appending write, so a kill leaves no half line to misread)."""
+    trained: dict[int, list[int]] = {}
+    if not log.exists():
+        return trained
+    for line in log.read_text(encoding="utf-8").splitlines():
+        number, epoch = line.split()
+        trained.setdefault(int(number), []).append(int(epoch))
+    return trained
+
+
+@dataclass
+class Trained:
+    """What the trainer's log says of a round's chains."""
+
+    twice: int = 0  # epochs trained twice beyond the one a copy may redo
+    problems: list[str] = field(default_factory=list)
+
+
+def trained_twice(trials: list[Any], trained: dict[int, list[int]], epochs: int) -> Trained:
+    """Per retry chain, in attempt order: the epochs an attempt trained that its chain had
+    already trained, beyond the one a copy may redo (the epoch in progress at the kill:
+    trained, not yet saved), and the epochs of a chain that completed that none of its
+    attempts trained."""
+    chains: dict[int, list[Any]] = {}
+    for t in sorted(trials, key=lambda t: t.number):
+        history = t.system_attrs.get("retry_history") or []
+        chains.setdefault(history[0] if history else t.number, []).append(t)
+    found = Trained()
+    for root, chain in sorted(chains.items()):
+        seen: set[int] = set()
+        for attempt in chain:
+            mine = trained.get(attempt.number, [])
+            # A copy may redo one epoch its chain trained before (the one in progress at the
+            # kill); an epoch an attempt trained twice itself has no such excuse.
+            redone = len(set(mine) & seen) - (1 if attempt.number != root else 0)
+            beyond = len(mine) - len(set(mine)) + max(0, redone)
+            if beyond > 0:
+                found.twice += beyond
+                found.problems.append(
+                    f"trial {attempt.number} trained {beyond} epochs twice (chain {root}: "
+                    f"epochs {sorted(seen)} trained before it, it trained {mine})"
+                )
+            seen.update(mine)
+        never = sorted(set(range(epochs)) - seen)
+        if never and any(t.state.name == "COMPLETE" for t in chain):
+            found.problems.append(f"chain {root} completed, its epochs {never} never trained")
+    return found
+
+
 def _first_trial(runs: Path, *, deadline: float) -> float:
     """The instant the round's first trial folder appears (polled: a benchmark's own clock)."""
     while time.monotonic() < deadline:
@@ -234,7 +302,7 @@ def _first_trial(runs: Path, *, deadline: float) -> float:
 def run_round(
     number: int, url: str, args: argparse.Namespace, rng: random.Random, kind: str
 ) -> Round:
-    result = Round(number, kind=kind)
+    result = Round(number, kind=kind, asked=args.trials)
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="dvt-hpo-soak-") as tmp:
         folder = Path(tmp).resolve()
@@ -296,12 +364,20 @@ def run_round(
             for t in trials
         )
         result.problems += problems(trials, args.trials)
+        if result.counted < args.trials:  # also in problems(); said here in its own words
+            result.problems.append(f"{args.trials - result.counted} trials lost")
         result.swept = sum(t.user_attrs.get("recorded_by") == "sweep" for t in trials)
         if args.resume:
-            # A copy redoes at most the epoch in progress at the kill (reported, not yet
-            # saved): only the epochs beyond it count as trained twice.
-            redone = [int(t.user_attrs.get("redone_epochs") or 0) for t in trials]
-            result.redone = sum(max(0, n - 1) for n in redone)
+            # The trainer's own log, not the copies' ``redone_epochs``: an orchestrator that
+            # restarted a copy from epoch 0 while saying it resumed would still be caught.
+            trained = trained_twice(trials, trained_epochs(folder / EPOCH_LOG), args.epochs)
+            result.twice = trained.twice
+            result.problems += trained.problems
+            result.past = sum(
+                bool(t.system_attrs.get("retry_history"))
+                and t.user_attrs.get("resumed_epochs") == args.epochs
+                for t in trials
+            )
             for t in trials:
                 if t.state.name != "COMPLETE":
                     continue
@@ -312,8 +388,6 @@ def run_round(
                         f"trial {t.number}: {t.value} over {len(t.intermediate_values)} "
                         f"epochs, uninterrupted {expected} over {args.epochs}"
                     )
-            if result.redone:
-                result.problems.append(f"{result.redone} epochs trained twice")
         if not result.problems:
             import optuna
 
@@ -369,10 +443,13 @@ def main(argv: list[str] | None = None) -> int:
             else ""
         )
     )
+    # lost: n_trials - counted; swept: recorded by a sweep after their worker died; past:
+    # copies resumed past their last epoch; twice: epochs trained twice beyond the one in
+    # progress at a kill (the trainer's log).
     header = (
         f"{'round':>5} {'started':>7} {'killed':>6} {'trials':>6} {'FAIL':>4} {'over':>4} "
-        f"{'retries':>7} {'counted':>7} {'swept':>5} {'redone':>6} {'differ':>6} "
-        f"{'orphans':>7} {'kind':>12} {'seconds':>7}  result"
+        f"{'retries':>7} {'counted':>7} {'lost':>4} {'swept':>5} {'past':>4} {'twice':>5} "
+        f"{'differ':>6} {'orphans':>7} {'kind':>12} {'seconds':>7}  result"
     )
     print(header)
     rounds = []
@@ -385,8 +462,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{r.number:>5} {r.started:>7} {r.killed:>6} {r.trials:>6} {r.failed:>4} "
             f"{r.over_budget:>4} "
-            f"{r.retried:>7} {r.counted:>7} {r.swept:>5} {r.redone:>6} {r.differ:>6} "
-            f"{r.orphans:>7} {r.kind:>12} {r.seconds:>7.1f}  "
+            f"{r.retried:>7} {r.counted:>7} {r.lost:>4} {r.swept:>5} {r.past:>4} {r.twice:>5} "
+            f"{r.differ:>6} {r.orphans:>7} {r.kind:>12} {r.seconds:>7.1f}  "
             + ("ok" if not r.problems else "LOST: " + "; ".join(r.problems)),
             flush=True,
         )
@@ -401,10 +478,11 @@ def main(argv: list[str] | None = None) -> int:
         of = [r for r in rounds if r.kind == kind]
         print(
             f"  {kind}: {sum(not r.problems for r in of)}/{len(of)} rounds held, "
-            f"{sum(r.killed for r in of)} kills, {sum(r.counted != args.trials for r in of)} "
-            f"rounds with trials lost, {sum(r.redone for r in of)} epochs trained twice, "
-            f"{sum(r.differ for r in of)} values differing, {sum(r.swept for r in of)} trials "
-            "recorded by a sweep"
+            f"{sum(r.killed for r in of)} kills, {sum(r.lost for r in of)} trials lost "
+            f"({sum(r.asked for r in of)} asked), {sum(r.twice for r in of)} epochs trained "
+            f"twice, {sum(r.differ for r in of)} values differing, "
+            f"{sum(r.swept for r in of)} trials recorded by a sweep, "
+            f"{sum(r.past for r in of)} copies resumed past their last epoch"
         )
     return 1 if bad else 0
 

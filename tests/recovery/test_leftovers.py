@@ -8,6 +8,7 @@ WAITING or RUNNING.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -44,6 +45,85 @@ def test_only_waiting_retry_copies_are_closed() -> None:
 
 
 LIMITS = {"epochs": 3, "hours": 0.0008, "cpu_hours": 0.0004, "gpu_hours": 0.0004}
+
+
+@pytest.mark.parametrize("limit", list(LIMITS))
+def test_a_spent_budget_closes_the_copy_its_sweep_enqueued(
+    tmp_path: Path, write_study: Callable[..., Path], unique_name: str, limit: str
+) -> None:
+    """``close_when_spent`` on CPU, for every limit: the worker process test below needs a
+    CUDA device for ``gpu_hours`` (a CPU study refuses it), so its branch is tested here.
+    The dead worker's trial is failed by the sweep, which enqueues its copy; the copy is
+    closed as over budget with the spent limit's line, its chain's resume state deleted, and
+    a seed from ``study.enqueue`` kept WAITING."""
+    import optuna
+
+    from dvt_hpo.budget.compute import Spent, exhausted
+    from dvt_hpo.budget.trials import OVER_BUDGET_ATTR
+    from dvt_hpo.optuna_api.private import trial_id_of
+    from dvt_hpo.spec.model import BudgetSpec
+    from dvt_hpo.studyfile import load_spec
+    from dvt_hpo.views.status import format_status, read_status
+    from dvt_hpo.wire.trial_dir import ResumeDir
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    runs = tmp_path / "runs"
+    doc = toy_study(
+        unique_name,
+        study={"storage": url, "n_trials": 100},
+        trials={"warm": False, "resume": True, "runs_dir": str(runs)},
+    )
+    spec = load_spec(write_study(doc))
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(study_name=unique_name, storage=url)
+    storage = study._storage
+    dead = study.ask({"x": optuna.distributions.FloatDistribution(0.0, 1.0)})  # trial 0
+    state = ResumeDir.of(runs, 0).state
+    state.mkdir(parents=True)
+    (state / "epoch.json").write_text("{}")
+    study.enqueue_trial({"x": 0.5})  # trial 1: a seed, not a copy
+    sweeps: list[int] = []
+
+    def sweep() -> None:
+        # What the stale sweep does to a dead worker's trial: FAIL, then its copy enqueued
+        # with the chain's retry history (trial 2).
+        sweeps.append(len(sweeps))
+        if study.get_trials(deepcopy=False)[0].state.name != "RUNNING":
+            return
+        storage.set_trial_state_values(trial_id_of(dead), optuna.trial.TrialState.FAIL)
+        study.enqueue_trial(dead.params)
+        copy_id = trial_id_of(study.get_trials(deepcopy=False)[-1])
+        storage.set_trial_system_attr(copy_id, "failed_trial", 0)
+        storage.set_trial_system_attr(copy_id, "retry_history", [0])
+
+    why = exhausted(BudgetSpec(**{limit: LIMITS[limit]}), Spent(**{limit: 2 * LIMITS[limit]}))
+    assert why is not None and why.startswith(f"study.budget.{limit}=")
+    closed = leftovers.close_when_spent(
+        why,
+        study,
+        storage,
+        spec,
+        sweep=sweep,
+        study_lock=contextlib.nullcontext,
+        retry_lock=contextlib.nullcontext,
+    )
+    assert closed == [2] and sweeps == [0]
+    trials = study.get_trials(deepcopy=False)
+    assert [t.state.name for t in trials] == ["FAIL", "WAITING", "FAIL"]
+    copy = trials[2]
+    assert copy.system_attrs[OVER_BUDGET_ATTR] is True
+    assert copy.user_attrs["status"] == "over-budget"
+    assert copy.user_attrs["reason"] == f"{why}: closed before it ran"
+    # Names the spent limit; its exact form (the limit, or its line) is being made uniform.
+    assert limit in copy.user_attrs["over_budget"]
+    assert not ResumeDir.of(runs, 0).path.exists()  # the chain's state went with its copy
+    assert leftovers.closed_line(why, closed) == (
+        f"{why}: retry copy of interrupted trials closed as over budget, never run: 2"
+    )
+    shown = format_status(read_status(storage, storage.get_study_id_from_name(unique_name), spec))
+    assert "1 waiting" in shown and "1 over budget" in shown, shown
+    # Closing again finds nothing: the seed is kept for a run with budget left.
+    assert leftovers.close_copies(study, storage, why) == []
 
 
 @pytest.mark.processes
