@@ -105,6 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="cancel the study's Slurm jobs; their running trials are retried by the next run",
     )
     cancel.add_argument("study", type=Path, help="the study file")
+    cancel.add_argument(
+        "--discard-paused",
+        action="store_true",
+        help="no resume wanted: also delete every paused trial's state (trials.pause), once "
+        "no trial runs",
+    )
     _add_overrides(cancel)
 
     validate = sub.add_parser("validate", help="check a study.yaml without running anything")
@@ -198,8 +204,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     check_stored_study(spec, allow_space_change=args.allow_space_change)
     spec = _as_the_user_wrote_it(spec)
     if args.workers > 1:
+        from dvt_hpo.study.seeding import warm_start_unless_seeded
         from dvt_hpo.study.workers import run_workers
 
+        # Its refusals once here, as submit does, not once per worker ([wN] error: ...).
+        warm_start_unless_seeded(spec)
         return run_workers(
             spec,
             args.overrides,
@@ -240,7 +249,9 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
     from dvt_hpo.cluster.jobs import cancel_study
     from dvt_hpo.studyfile import load_spec
 
-    cancel_study(load_spec(args.study, args.overrides), out=print)
+    cancel_study(
+        load_spec(args.study, args.overrides), out=print, discard_paused=args.discard_paused
+    )
     return EXIT_OK
 
 

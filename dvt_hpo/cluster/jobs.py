@@ -178,9 +178,12 @@ def cancel_study_jobs(
     return active
 
 
-def cancel_study(spec: StudySpec, *, out: Callable[[str], None]) -> list[str]:
+def cancel_study(
+    spec: StudySpec, *, out: Callable[[str], None], discard_paused: bool = False
+) -> list[str]:
     """``dvt-hpo cancel``: cancel the study's jobs, wait for their workers, say which trials
-    run again and which are left RUNNING (a worker killed before it recorded them)."""
+    run again and which are left RUNNING (a worker killed before it recorded them);
+    ``discard_paused`` (no resume wanted): then delete every paused state."""
     from optuna.trial import TrialState
 
     from dvt_hpo.store.opening import StudyAt
@@ -188,6 +191,8 @@ def cancel_study(spec: StudySpec, *, out: Callable[[str], None]) -> list[str]:
     opened = StudyAt.of(spec).load()
     storage, study_id = opened.storage, opened.study_id
     cancelled = cancel_study_jobs(storage, study_id, out=out)
+    if discard_paused:
+        _discard_paused(spec, storage, study_id, out=out)
     if not cancelled:
         out(f"study {spec.study.name!r}: no Slurm job of it is queued or running")
         return []
@@ -208,3 +213,33 @@ def cancel_study(spec: StudySpec, *, out: Callable[[str], None]) -> list[str]:
             f"than study.grace_period_s={spec.study.grace_period_s} s"
         )
     return cancelled
+
+
+def _discard_paused(
+    spec: StudySpec, storage: Any, study_id: int, *, out: Callable[[str], None]
+) -> None:
+    """``cancel --discard-paused``: every paused state goes once no trial runs (a worker still
+    running could be continuing one); a paused trial then stays PRUNED at its last report."""
+    from optuna.trial import TrialState
+
+    from dvt_hpo.config.units import format_bytes
+    from dvt_hpo.recovery.pause import discard_all, paused_states
+
+    running = storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
+    if running:
+        numbers = ", ".join(str(t.number) for t in running)
+        out(
+            f"paused states kept: trial(s) {numbers} still RUNNING; run `dvt-hpo cancel "
+            "--discard-paused` again once `dvt-hpo status` shows none running"
+        )
+        return
+    trials = storage.get_all_trials(study_id, deepcopy=False)
+    size = sum(p.bytes for p in paused_states(spec, trials))
+    gone = discard_all(spec, trials)
+    if gone:
+        out(
+            f"deleted the paused state of {len(gone)} trial(s) ({format_bytes(size)}): "
+            "they stay pruned at their last report"
+        )
+    else:
+        out(f"study {spec.study.name!r}: no paused state to delete")

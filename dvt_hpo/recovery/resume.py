@@ -140,6 +140,10 @@ class ResumePlan:
     spliced: int | None = None  # reports taken from the chain (set at the first own report)
     redone: int = 0  # reports of the chain at or after the first own step
     pause: bool = False  # trials.pause (the trial saves its state when it is stopped)
+    # trials.pause: the last step at which an attempt of the chain was paused. The chain was
+    # promoted past it, so steps up to it that an older state trains again are not judged again
+    # (they would pause it at the same step for ever).
+    promoted_at: int | None = None
 
     @property
     def state_dir(self) -> Path:
@@ -226,7 +230,8 @@ def prepare(
                 where = f" saved after step {step}" if isinstance(step, int) else ""
                 note = f"trial {number} ({how} {before}) resumes from {state}{where}"
             else:
-                note = f"{start}, nothing was saved before the interruption"
+                stop = "pause" if paused else "interruption"
+                note = f"{start}, nothing was saved before the {stop}"
     folder.state.mkdir(parents=True, exist_ok=True)
     write_json_atomic(folder.chain, {"fingerprint": print_, "root": root})
     plan = ResumePlan(
@@ -240,8 +245,19 @@ def prepare(
         expect=expect,
         earlier=earlier,
         pause=spec.trials.pause,
+        promoted_at=_paused_at(storage, study_id, history) if spec.trials.pause else None,
     )
     return plan, note
+
+
+def _paused_at(storage: Any, study_id: int, history: list[int]) -> int | None:
+    """The last step at which an attempt of the chain ``history`` was paused, if any."""
+    steps: list[int] = []
+    for number in history:
+        trial = storage.get_trial(storage.get_trial_id_from_study_id_trial_number(study_id, number))
+        if trial.system_attrs.get(PAUSED_ATTR) == number and trial.intermediate_values:
+            steps.append(max(trial.intermediate_values))
+    return max(steps, default=None)
 
 
 def chain_curve(

@@ -38,6 +38,8 @@ __all__ = [
 ]
 
 DEFAULT_ETA = 3.0  # ASHA's own default; for pruners without a reduction factor
+# A rung pruner's own default where it is not 3: Optuna's successive halving keeps a quarter.
+_OWN_ETA = {"successive_halving": 4.0}
 
 
 @dataclass(frozen=True)
@@ -68,8 +70,8 @@ class Standing:
 def eta_of(pruner_kind: str, args: Mapping[str, object]) -> float:
     """The reduction factor the promotion rule keeps the top ``1 / eta`` with: the pruner's own
     where it has one, 2 for the median pruner (it keeps the better half), ``100 / (100 - p)``
-    for the percentile pruner (it keeps what is above the ``p``-th percentile), else
-    :data:`DEFAULT_ETA`."""
+    for the percentile pruner (it keeps what is above the ``p``-th percentile), else the
+    pruner's own default (4 for Optuna's successive halving) or :data:`DEFAULT_ETA`."""
     factor = args.get("reduction_factor")
     if isinstance(factor, int | float) and factor > 1:
         return float(factor)
@@ -78,7 +80,7 @@ def eta_of(pruner_kind: str, args: Mapping[str, object]) -> float:
     percentile = args.get("percentile")
     if pruner_kind == "percentile" and isinstance(percentile, int | float) and 0 < percentile < 100:
         return 100.0 / (100.0 - float(percentile))
-    return DEFAULT_ETA
+    return _OWN_ETA.get(pruner_kind, DEFAULT_ETA)
 
 
 def standings(curves: Iterable[ChainCurve], *, maximize: bool, eta: float) -> list[Standing]:

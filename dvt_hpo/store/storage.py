@@ -156,8 +156,12 @@ def retry_callback(max_retries: int | None) -> Any:
         # too: ours (its heartbeat, its retry mark) belong to that attempt, not to the copy.
         fresh = copy.copy(trial)
         fresh.user_attrs = {}
+        # Deep: Optuna appends to the copied ``retry_history`` list in place, which would
+        # change the failed trial's own (cached) attrs.
         fresh.system_attrs = {
-            k: v for k, v in trial.system_attrs.items() if not k.startswith("dvt_hpo:")
+            k: copy.deepcopy(v)
+            for k, v in trial.system_attrs.items()
+            if not k.startswith("dvt_hpo:")
         }
         # The one mark a copy carries on: how many of its chain failed of the machine.
         machine = int(trial.system_attrs.get(MACHINE_RETRIES_ATTR) or 0) + bool(

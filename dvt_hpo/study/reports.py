@@ -46,6 +46,13 @@ class PruneDecision:
 KEEP = PruneDecision(False)
 
 
+def epochs_left(config: Any, reports: int) -> bool:
+    """Whether a trial that sent ``reports`` distinct reports has epochs left to train: fewer
+    reports than its config's ``epochs`` (unknown epochs: assume so)."""
+    epochs = config.get("epochs") if isinstance(config, dict) else None
+    return not isinstance(epochs, int) or isinstance(epochs, bool) or reports < epochs
+
+
 def diverged(step: int, metrics: dict[str, float], names: Sequence[str]) -> PruneDecision | None:
     """A diverged run never recovers and Optuna cannot prune on NaN: stop it now (the "prune"
     answer makes the trainer leave cleanly) and record it FAIL "diverged"."""
@@ -139,10 +146,13 @@ class ReportHandler:
         if objective.is_multi:
             return self._decide_multi(step, metrics)
         value = metrics.get(objective.metric)
+        promoted_at = self.resume.promoted_at if self.resume is not None else None
         if value is not None:
 
             def decide() -> bool:
                 self.trial.report(float(value), step)
+                if promoted_at is not None and step <= promoted_at:
+                    return False  # a continuation retraining steps it was promoted past
                 return bool(self.trial.should_prune())
 
             with self.study.lock:
@@ -158,11 +168,10 @@ class ReportHandler:
 
     def _pausable(self, step: int) -> bool:
         """``trials.pause``: a stop before the last epoch pauses (at the last one nothing is
-        left to continue)."""
+        left to continue). Counted by reports, not by step: a trainer may count steps from 1."""
         if not self.study.spec.trials.pause:
             return False
-        epochs = self.config.get("epochs") if isinstance(self.config, dict) else None
-        return not isinstance(epochs, int) or step < epochs - 1
+        return epochs_left(self.config, len({s for s, _ in self.history}))
 
     def _decide_multi(self, step: int, metrics: dict[str, float]) -> PruneDecision:
         # Optuna cannot prune multi-objective trials (Trial.report raises): the epoch is

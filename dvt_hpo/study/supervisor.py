@@ -82,9 +82,11 @@ class ProcessSupervisor:
         *,
         answered: Callable[[], bool],
         set_phase: Callable[[Phase], None],
+        paused: Callable[[], bool] = lambda: False,
     ) -> Exit:
         """Launch, wait and stop; ``answered()`` says whether a report's answer stopped the
-        trial (it then exits on its own, within the grace)."""
+        trial (it then exits on its own, within the grace); ``paused()``, whether that answer
+        paused it (it then saves its state first, within its timeout)."""
         spec = self.study.spec
         with ControlServer(None, handler) as server:
             env = launch.trial_env(
@@ -109,13 +111,21 @@ class ProcessSupervisor:
                 daemon=True,
             )
             waiter.start()
+            started = time.monotonic()
             if not stop_event.wait(spec.trials.timeout_s):
                 self.timed_out = True
             set_phase(Phase.STOPPING)
             if answered() and self.process.poll() is None:
                 # The chief raises TrialPruned on the decision and exits on its own; a signal
-                # now would turn its clean "pruned" into "stopped". The grace bounds the wait.
-                self.process.wait(spec.trials.stop_grace_s)
+                # now would turn its clean "pruned" into "stopped". The grace bounds the wait;
+                # a paused trial first saves the state its continuation needs (GBs on a shared
+                # file system may take longer than the grace), bounded by its timeout.
+                wait_s: float | None = spec.trials.stop_grace_s
+                timeout_s = spec.trials.timeout_s
+                if paused():
+                    elapsed_s = time.monotonic() - started
+                    wait_s = None if timeout_s is None else max(wait_s, timeout_s - elapsed_s)
+                self.process.wait(wait_s)
             if self.process.poll() is None:
                 self.process.stop(spec.trials.stop_grace_s)
             returncode = self.process.wait(None)

@@ -197,6 +197,7 @@ class TrialRun(ReportHandler):
             self.stop_event,
             answered=self._stopped_by_answer,
             set_phase=self._set_phase,
+            paused=lambda: self.paused,
         )
         kill_points.reached("trial:ended")
         self.phase = Phase.RECORDING

@@ -262,3 +262,34 @@ def test_cancel_says_when_no_job_of_the_study_is_active(
     assert cancel_study(spec, out=lines.append) == []
     assert lines == [f"study {spec.study.name!r}: no Slurm job of it is queued or running"]
     assert fake.asked == []  # no job recorded: Slurm is not asked
+
+
+def test_cancel_discard_paused_deletes_the_paused_states_once_no_trial_runs(
+    tmp_path: Path, fake_slurm: Callable[..., FakeSlurm]
+) -> None:
+    """``cancel --discard-paused`` (no resume wanted): kept while a trial runs (its worker
+    could be continuing one), then every paused state goes and the trial stays pruned."""
+    import optuna
+
+    from dvt_hpo.recovery.pause import paused_states
+    from tests.recovery.test_pause import complete, paused_trial, spec_of
+
+    spec = spec_of(tmp_path)
+    study = StudyAt.of(spec).create_or_load(["maximize"]).study
+    complete(study, 0.9, {1: 0.9})
+    paused = paused_trial(study, spec, 0.5, {1: 0.8})
+    running = study.ask()
+    fake_slurm()
+    lines: list[str] = []
+    cancel_study(spec, out=lines.append, discard_paused=True)
+    assert lines[0].startswith(f"paused states kept: trial(s) {running.number} still RUNNING")
+    assert [p.number for p in paused_states(spec, study.get_trials())] == [paused]
+    study.tell(running, 0.1)
+    lines.clear()
+    cancel_study(spec, out=lines.append, discard_paused=True)
+    assert lines[0].startswith("deleted the paused state of 1 trial(s) (")
+    assert paused_states(spec, study.get_trials()) == []
+    assert study.trials[paused].state == optuna.trial.TrialState.PRUNED
+    lines.clear()
+    cancel_study(spec, out=lines.append, discard_paused=True)
+    assert lines[0] == f"study {spec.study.name!r}: no paused state to delete"

@@ -12,8 +12,12 @@ epoch ``value = value * 0.5 + x`` (``x`` the param), reported as ``score``; ``ep
 (config); ``fail_at``: raise after saving that epoch (a trial that fails by itself); the
 same hold as ``train`` (or ``config["hold"] = {"at": k, "file": path}``); ``final_hold``: a
 file, trial 0 writes it and holds in its final step, after saving its last epoch;
-``sleep_s``: each epoch's work; ``cost``: also report ``cost`` = the epoch (a second objective); ``final_s``: a final step after the last save (the kill soak). Each attempt appends ``"<trial> <first epoch>"`` to
-``config["log"]`` so a test sees where every attempt started.
+``sleep_s``: each epoch's work; stopped with ``trials.pause`` on, it saves the epoch it was
+stopped at (docs/pause.md); ``cost``: also report ``cost`` = the epoch (a second objective); ``final_s``: a final step after the last save (the kill soak). Each attempt appends ``"<trial> <first epoch>"`` to
+``config["log"]`` so a test sees where every attempt started; with ``config["epoch_log"]``
+it also appends ``"<trial> <epoch>"`` there once each epoch's work is done, so the kill soak
+counts the epochs every attempt really trained from the trainer's side, not from the
+orchestrator's attrs.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import os
 import time
 from pathlib import Path
 from typing import Any
+
+from dvt_hpo import TrialPruned
 
 ENV_HOLD_AT = "DVT_TEST_HOLD_AT"
 ENV_HOLD_FILE = "DVT_TEST_HOLD_FILE"
@@ -32,8 +38,9 @@ def _hold(step: int | None, ctx: Any, config: dict[str, Any] | None = None) -> N
     at = hold.get("at", os.environ.get(ENV_HOLD_AT))
     if at is None or step != int(at):
         return
-    # Only trial 0 (the chain's first attempt) holds: a copy runs to its end.
-    if ctx.trial_number != 0:
+    # Only trial ``hold.trial`` (default 0; the chain's first attempt) holds: a copy runs to
+    # its end.
+    if ctx.trial_number != int(hold.get("trial", 0)):
         return
     Path(hold.get("file") or os.environ[ENV_HOLD_FILE]).write_text(f"{ctx.trial_number} {step}\n")
     while True:  # ended by SIGTERM (TrialStopped) or SIGKILL
@@ -85,8 +92,18 @@ def counter(config: dict[str, Any], ctx: Any) -> dict[str, float]:
         value = value * 0.5 + x
         if config.get("sleep_s"):
             time.sleep(float(config["sleep_s"]))  # an epoch's work
+        if config.get("epoch_log"):
+            # Written once the work is done, before the report and the save: a kill after this
+            # line and before the save is the one epoch a copy may redo.
+            with open(config["epoch_log"], "a", encoding="utf-8") as f:
+                f.write(f"{ctx.trial_number} {epoch}\n")
         metrics = {"score": value, **({"cost": float(epoch)} if config.get("cost") else {})}
-        ctx.report(epoch, metrics)
+        try:
+            ctx.report(epoch, metrics)
+        except TrialPruned:
+            if ctx.pause_enabled:  # docs/pause.md: the stop may be a pause, continue from here
+                ctx.save_state({"epoch": epoch, "value": value}, force=True)
+            raise
         ctx.save_state({"epoch": epoch, "value": value}, force=True)
         if config.get("fail_at") == epoch:
             raise RuntimeError(f"failed by itself at epoch {epoch}")

@@ -73,7 +73,9 @@ def test_eviction_goes_least_promising_first() -> None:
 @pytest.mark.parametrize(
     ("kind", "args", "eta"),
     [
-        ("successive_halving", {"reduction_factor": 4}, 4.0),
+        ("successive_halving", {"reduction_factor": 2}, 2.0),
+        ("successive_halving", {}, 4.0),  # Optuna's own default
+        ("wilcoxon_halving", {}, 3.0),
         ("wilcoxon_halving", {"reduction_factor": 2}, 2.0),
         ("hyperband", {}, DEFAULT_ETA),
         ("median", {}, 2.0),

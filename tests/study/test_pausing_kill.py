@@ -31,7 +31,8 @@ from dvt_hpo.recovery import retries
 from tests.conftest import run_dvt_hpo
 from tests.study import test_pausing as pausing
 
-pytestmark = pytest.mark.processes
+# Three studies of real training one after another: more than the suite's 300 s on a loaded machine.
+pytestmark = [pytest.mark.processes, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[2]
 LRS = pausing.LRS
