@@ -86,8 +86,12 @@ def algorithms_text(
     ]
     default_samplers = [(s.kind, s.kwargs) for s, _ in rows]
     default_pruners = [(p.kind, p.kwargs) for _, p in rows]
-    # A seed, and the constant liar that parallel trials get, leave a default the default.
-    own = {k: v for k, v in sampler.kwargs.items() if k not in ("seed", "constant_liar")}
+    # A seed, and what parallel trials get (the registry's when_parallel: TPE's constant liar),
+    # leave a default the default.
+    added = (
+        {a for a, _ in SAMPLERS[sampler.kind].when_parallel} if sampler.kind in SAMPLERS else set()
+    )
+    own = {k: v for k, v in sampler.kwargs.items() if k != "seed" and k not in added}
     # Arguments the loader derives from the study file (the trainer's epochs) leave a default
     # the default.
     derived = PRUNERS[pruner.kind].derived_arguments if pruner.kind in PRUNERS else ()
