@@ -18,7 +18,9 @@ from typing import Any
 
 import optuna
 import pytest
+import yaml
 
+from dvt_hpo.recovery.retries import retry_history
 from tests.backends.conftest import REPO_ROOT, needs_dvt
 from tests.backends.test_deepvisiontools_study import load_study, write_study
 
@@ -98,3 +100,37 @@ def test_a_stopped_trial_resumes_through_fit_resume(
     assert copy.value == reference.value  # bit for bit on CPU
     assert copy.intermediate_values == reference.intermediate_values
     assert not checkpoints.parent.exists()
+
+
+def test_a_paused_trial_continues_from_the_state_saved_at_the_pause(
+    tmp_path: Path, dataset: Path, trainer_config: dict[str, Any]
+) -> None:
+    """``trials.pause``: the threshold pruner stops every trial at every epoch (loss above 0),
+    so the three trials (the same config) pause after epoch 0; one of them ranks in the top
+    third there and continues from the state the backend saved at the pause (its force save),
+    trains epoch 1 bit for bit as the never-paused trial did, and pauses again, alone at that
+    step: the study is then over and no state is left."""
+    home = tmp_path / "home"
+    home.mkdir()
+    reference_path = study(tmp_path / "reference", dataset, trainer_config, "ref", resume=False)
+    done = run(reference_path, home)
+    out, err = done.communicate(timeout=600)
+    assert done.returncode == 0, out + err
+    (reference,) = load_study(reference_path, "ref").trials
+
+    path = study(tmp_path / "paused", dataset, trainer_config, "paused", resume=True)
+    doc = yaml.safe_load(path.read_text())
+    doc["study"].update(n_trials=3, pruner={"kind": "threshold", "upper": 0.0})
+    doc["trials"].update(pause=True)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    done = run(path, home)
+    out, err = done.communicate(timeout=600)
+    assert done.returncode == 0, out + err
+    trials = load_study(path, "paused").trials
+    continued = [t for t in trials if retry_history(t)]
+    assert len(continued) == 1, out
+    (copy,) = continued
+    assert copy.user_attrs["resumed_epochs"] == 1 and copy.user_attrs["redone_epochs"] == 0, out
+    assert copy.intermediate_values == {s: reference.intermediate_values[s] for s in (0, 1)}
+    assert "the study is over: deleted the paused state of" in out
+    assert not any((path.parent / "runs" / "paused" / "resume").iterdir())

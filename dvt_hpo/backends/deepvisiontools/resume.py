@@ -59,11 +59,14 @@ def _generator(trainer: Any) -> torch.Generator | None:
     return generator if isinstance(generator, torch.Generator) else None
 
 
-def save(ctx: Any, trainer: Any, epoch: int) -> None:
-    """After ``epoch`` (reported, not the last), when a save is due: the state, rank 0."""
+def save(ctx: Any, trainer: Any, epoch: int, *, force: bool = False) -> None:
+    """After ``epoch`` (reported, not the last), when a save is due (or ``force``: a pause):
+    the state, rank 0."""
     due = getattr(ctx, "resume_due", None)
     folder = _folder(ctx)
-    if folder is None or due is None or epoch + 1 >= int(trainer.epochs) or not due():
+    if folder is None or due is None or epoch + 1 >= int(trainer.epochs):
+        return
+    if not force and not due():
         return
     began = time.perf_counter()
     folder.mkdir(parents=True, exist_ok=True)

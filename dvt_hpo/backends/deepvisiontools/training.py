@@ -30,6 +30,7 @@ from dvt_hpo.backends.deepvisiontools.isolation import TrialFolders, output_over
 from dvt_hpo.backends.deepvisiontools.probe import make_fits
 from dvt_hpo.backends.deepvisiontools.schema import BackendConfig, DataSection
 from dvt_hpo.backends.deepvisiontools.scoring import epoch_metrics
+from dvt_hpo.exceptions import TrialPruned
 from dvt_hpo.trial.context import distributed_env
 
 log = logging.getLogger(__name__)
@@ -172,6 +173,13 @@ class ReportHook(Hook):
             stop = bool(flag.item())
         if stop:
             trainer.should_stop = True
+            if (
+                self.chief
+                and isinstance(error, TrialPruned)
+                and getattr(self.ctx, "pause_enabled", False)
+            ):
+                # trials.pause: the stop may be a pause; its continuation resumes from here.
+                resume_state.save(self.ctx, trainer, epoch, force=True)
         elif self.chief:
             resume_state.save(self.ctx, trainer, epoch)  # trials.resume, when a save is due
         if error is not None:
