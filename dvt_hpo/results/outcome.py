@@ -31,7 +31,7 @@ import enum
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from dvt_hpo.results.events import TrialFinished
 from dvt_hpo.results.reduction import choose_epoch, reduce_trial
@@ -86,6 +86,13 @@ class Limits:
     timeout_s: float | None = None
     memory_limit: int | None = None
     per_gpu: int = 1  # the trial ran in a 1/per_gpu share of its GPU
+
+
+# A FAIL trial's ``status`` user attr when the user's stop (Ctrl-C, a signal) stopped it.
+INTERRUPTED: Final = "interrupted"
+# The ``status`` the loop hears of a trial another worker finished while it ran here (a sweep
+# failed it as stale and queued its retry): this worker wrote nothing of it.
+RECORDED_ELSEWHERE: Final = "recorded elsewhere"
 
 
 @dataclass(frozen=True)
@@ -217,7 +224,7 @@ def classify(
 
     if flags.interrupted:
         return Outcome(
-            "FAIL", "interrupted", reason="interrupted (the study was stopped)", retry=True
+            "FAIL", INTERRUPTED, reason="interrupted (the study was stopped)", retry=True
         )
     if flags.timed_out:
         timeout = f"={limits.timeout_s:g}" if limits.timeout_s is not None else ""
@@ -292,6 +299,8 @@ def trial_state(name: str) -> Any:
 
 
 __all__ = [
+    "INTERRUPTED",
+    "RECORDED_ELSEWHERE",
     "trial_state",
     "Flags",
     "Limits",

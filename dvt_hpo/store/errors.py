@@ -22,7 +22,7 @@ T = TypeVar("T")
 
 # The longest pause between two tries: long enough not to hammer a restarting server, short
 # enough that a server back after 10 s is noticed within a few seconds.
-_MAX_BACKOFF_S = 4.0
+MAX_BACKOFF_S = 4.0
 _FIRST_BACKOFF_S = 0.1
 
 
@@ -238,7 +238,7 @@ def with_retry(
             if on_retry is not None:
                 on_retry(exc, waited)
             sleep(min(pause, max(0.0, retry_s - waited)))
-            pause = min(pause * 2, _MAX_BACKOFF_S)
+            pause = min(pause * 2, MAX_BACKOFF_S)
 
 
 class OutageRetry:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dvt_hpo.budget.trials import OVER_BUDGET_ATTR, PRIOR_ATTR
+from dvt_hpo.results.outcome import INTERRUPTED, RECORDED_ELSEWHERE
 from dvt_hpo.studyfile.urls import storage_kind
 from dvt_hpo.text.redact import redact_url
 
@@ -272,8 +273,8 @@ def trial_line(event: TrialFinished, metric: str | Sequence[str]) -> str:
     # A trial the user's stop (Ctrl-C, SIGTERM, a job's end) interrupted is FAIL in Optuna, so
     # that the next run retries it; "FAIL" would read as broken, so the line says STOPPED.
     state = event.state
-    if state == "FAIL" and event.user_attrs.get("status") == "interrupted":
-        state = "STOPPED"
+    if state == "FAIL" and event.user_attrs.get("status") in (INTERRUPTED, RECORDED_ELSEWHERE):
+        state = "STOPPED"  # or stopped as another worker failed it for a retry meanwhile
     elif state == "PRUNED" and event.user_attrs.get("status") == "paused":
         state = "PAUSED"  # trials.pause: its state is kept; it may continue
     return (

@@ -21,7 +21,7 @@ from dvt_hpo.process.tree import describe_exit
 from dvt_hpo.recovery import kill_points, node_health, resume, retries
 from dvt_hpo.recovery.pause import mark as pause_mark
 from dvt_hpo.results.curve import history_attr
-from dvt_hpo.results.outcome import Outcome, TrialOutcome, trial_state
+from dvt_hpo.results.outcome import RECORDED_ELSEWHERE, Outcome, TrialOutcome, trial_state
 from dvt_hpo.sampling.constraints import store_constraints
 from dvt_hpo.wire.trial_dir import TrialDir
 
@@ -152,6 +152,9 @@ class Recorder:
         """Store the trial's attrs (``extra`` and its own, in one transaction) and tell Optuna
         (a retried FAIL through the recovery rule: one copy per failed attempt, by any worker).
         ``reported``: the attrs the trial sent itself."""
+        elsewhere = self._finished_elsewhere()
+        if elsewhere is not None:
+            return self._left_as_recorded(elsewhere, facts.duration_s, reported)
         machine, machine_retry = self.machine_failure(outcome)
         facts = _with(facts, machine, plan, self.trial_dir if outcome.state == "FAIL" else None)
         # Paused only when it ended PRUNED (a trial that crashed while stopping is a FAIL) and
@@ -190,6 +193,42 @@ class Recorder:
             machine=machine,
             paused=paused,
             told=told_trial,
+        )
+
+    def _finished_elsewhere(self) -> optuna.trial.FrozenTrial | None:
+        """The trial as stored, when another worker finished it while it ran here: a sweep
+        failed it as stale (its heartbeats did not land in time, e.g. through a database
+        outage) and queued a copy, or recorded it from its result. That record stands."""
+        with self.study.lock:
+            stored = self.study.db(
+                lambda: self.study.storage.get_trial(self.trial_id), "reading the trial"
+            )
+        return stored if stored.state.is_finished() else None
+
+    def _left_as_recorded(
+        self, stored: optuna.trial.FrozenTrial, duration_s: float, reported: Mapping[str, Any]
+    ) -> TrialOutcome:
+        """This worker writes nothing of a trial another worker finished: no attrs, no tell,
+        and its resume folder and logs stay, since the copy now continuing the chain owns the
+        folder. A FAIL so recorded was failed for a retry: an interruption, not a failure."""
+        state = stored.state.name
+        if state == "FAIL":
+            how = (
+                "another worker failed it as stale meanwhile (no heartbeat of it landed within "
+                "study.grace_period_s) and queued its retry"
+            )
+        else:
+            how = f"another worker recorded it {state} meanwhile"
+        return TrialOutcome(
+            number=self.number,
+            trial_id=self.trial_id,
+            state=state,
+            value=stored.value if state == "COMPLETE" else None,
+            params=self.params,
+            duration_s=duration_s,
+            reason=f"{how}; that record stands",
+            interrupted=state == "FAIL",
+            user_attrs={**reported, "status": RECORDED_ELSEWHERE},
         )
 
     def _tell(

@@ -88,6 +88,8 @@ class ReportHandler:
         # answer (so its process is stopped at once rather than left to exit on its own).
         self.over_budget: str | None = None
         self._unanswered_stop = False
+        # Finished by another worker while it ran (a report found it so): stopped at once.
+        self.superseded = False
 
     def _set_attrs(self, attrs: dict[str, Any]) -> None:
         self.study.set_trial_attrs(self.trial_id, attrs)
@@ -101,7 +103,22 @@ class ReportHandler:
         self.stop_event.set()
 
     def on_report(self, step: int, metrics: dict[str, float]) -> bool:
-        step = int(step)
+        import optuna
+
+        if self.superseded:
+            return True
+        try:
+            return self._on_report(int(step), metrics)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            # Another worker failed it as stale meanwhile (its heartbeats did not land in
+            # time) and queued a copy that continues its chain: it must stop at once, before
+            # it writes the chain's state again under the copy.
+            self.superseded = True
+            self._unanswered_stop = True
+            self.stop_event.set()
+            return True
+
+    def _on_report(self, step: int, metrics: dict[str, float]) -> bool:
         if self.resume is not None:
             self._splice(step)
             self.resume.write_curve([*self.history, (step, metrics)])

@@ -7,7 +7,8 @@ Once ``study.budget`` is spent, it also closes the retry copies no worker will r
 
 A heartbeat is tried once per interval, not retried, but a failure to reach the database still
 counts as an outage (:meth:`dvt_hpo.store.errors.OutageRetry.once`): after one, no trial is
-judged stale until the grace period has passed, since no worker's heartbeat could land.
+judged stale until the grace period has passed, and the time a live worker's heartbeat takes to
+land again, since no worker's heartbeat could land meanwhile.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from dvt_hpo.recovery import finished, leftovers, resume
 from dvt_hpo.recovery import retries as recovery
 from dvt_hpo.results.outcome import trial_state
+from dvt_hpo.store.errors import MAX_BACKOFF_S
 
 if TYPE_CHECKING:
     import optuna
@@ -52,6 +54,12 @@ class Sweeper:
 
     def sweep(self) -> None:
         section = self.spec.study
+        # After an outage a live worker's calls resume within one backoff pause of the
+        # database's return (its heartbeat thread may wait on the study lock as long, held by
+        # a call retrying), and its heartbeat lands within one interval more: until then its
+        # trials look stale. Judged sooner, a trial that kept running was failed and its copy
+        # started beside it (seen under load with a 3 s grace).
+        settling_s = section.grace_period_s + MAX_BACKOFF_S + section.heartbeat_interval_s
         with self.study_lock:
             recovery.reconcile(
                 self.study,
@@ -62,7 +70,7 @@ class Sweeper:
                 lock=self.retry_lock,
                 on_failed=resume.sweep_hook(self.spec),
                 finished=finished.sweep_hook(self.spec, self.retry_lock),
-                judge_stale=not self.db.met_outage_within(section.grace_period_s),
+                judge_stale=not self.db.met_outage_within(settling_s),
             )
 
     def close_leftovers(self, why: str) -> list[int]:

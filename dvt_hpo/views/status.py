@@ -32,7 +32,7 @@ from dvt_hpo.optuna_api.private import trial_id_of
 from dvt_hpo.recovery.pause import PausedState, paused_states
 from dvt_hpo.recovery.retries import is_paused
 from dvt_hpo.results.front import no_feasible_message, select_best
-from dvt_hpo.results.outcome import reason_of
+from dvt_hpo.results.outcome import INTERRUPTED, reason_of
 from dvt_hpo.store.queries import engine_of, state_counts
 from dvt_hpo.store.storage import PAUSED_ATTR
 from dvt_hpo.study.messages import fmt_params
@@ -218,9 +218,6 @@ def _uncounted(storage: Any, study_id: int) -> dict[int, str]:
         )
         for n in numbers
     )
-
-
-INTERRUPTED = "interrupted"  # a FAIL trial's user attr status when Ctrl-C or a signal stopped it
 
 
 def _interrupted(storage: Any, study_id: int) -> set[int]:

@@ -17,6 +17,7 @@ from typing import Any
 import optuna
 import pytest
 
+from dvt_hpo.budget.trials import OVER_BUDGET_ATTR
 from dvt_hpo.recovery import retries
 from tests.conftest import run_dvt_hpo
 from tests.recovery.test_resume import (
@@ -100,13 +101,18 @@ def test_two_workers_pause_and_continue_every_chain_as_one_curve(
     """``run --workers 2``: which worker pauses or continues which trial is up to timing, so
     the test checks what holds whatever the order: every attempt's curve is its config's
     curve (``value * 0.5 + x``), a chain completes at most once and trains no epoch twice, the
-    continuations are not counted as trials, and no state outlives the study."""
+    continuations are not counted as trials, and no state outlives the study. A worker that
+    lost the race for the last trial closes its ask as over budget before sampling (no params,
+    never counted): those are left out."""
     doc = paused_doc(unique_name, tmp_path, "entry point")
     doc["study"].update(n_trials=len(WORKER_XS), enqueue=[{"x": x} for x in WORKER_XS])
     path = write_doc(tmp_path, doc)
     done = run_dvt_hpo("run", path, "--workers", "2", cwd=tmp_path, env=env_with(), timeout_s=240)
     assert done.returncode == 0, done.stdout + done.stderr
-    trials = load(path, unique_name).trials
+    every = load(path, unique_name).trials
+    over = [t for t in every if t.system_attrs.get(OVER_BUDGET_ATTR)]
+    assert all(t.state == optuna.trial.TrialState.FAIL and not t.params for t in over)
+    trials = [t for t in every if t not in over]
     roots: dict[int, list[optuna.trial.FrozenTrial]] = {}
     for trial in trials:
         roots.setdefault((retries.retry_history(trial) or [trial.number])[0], []).append(trial)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import sqlalchemy
 
-from dvt_hpo.store.errors import OutageRetry
+from dvt_hpo.store.errors import MAX_BACKOFF_S, OutageRetry
 from dvt_hpo.study.setup import open_for_run
 from dvt_hpo.study.sweeper import Sweeper
 from dvt_hpo.studyfile import load_spec
@@ -67,8 +67,14 @@ def test_after_an_outage_met_by_a_heartbeat_no_trial_is_judged_stale(
         sweeper.db.once(refused)  # the heartbeat thread's one try, during the outage
     sweeper.db.once(sweeper.sweep)  # the database is back: its first sweep
     assert _states(sweeper) == ["RUNNING"]
-    # Once the grace has passed since the database answered, the rule applies again.
-    sweeper.db._back_at -= 3  # type: ignore[operator]
+    # The grace alone is not enough: a live worker's heartbeat may land one backoff pause and
+    # one interval later (its calls resume after their pause, its thread beats once a second).
+    section = sweeper.spec.study
+    sweeper.db._back_at -= section.grace_period_s + 0.5  # type: ignore[operator]
+    sweeper.sweep()
+    assert _states(sweeper) == ["RUNNING"]
+    # Once that has passed too since the database answered, the rule applies again.
+    sweeper.db._back_at -= MAX_BACKOFF_S + section.heartbeat_interval_s  # type: ignore[operator]
     sweeper.sweep()
     assert _states(sweeper) == ["FAIL", "WAITING"]
 
