@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,6 +47,7 @@ except ImportError:  # run from a checkout without installing the package
 import result_files  # noqa: E402
 import yaml  # noqa: E402
 from lcbench_surrogate import MAX_EPOCHS, Surrogate, search_space  # noqa: E402
+from spend import run_until_spent, scratch  # noqa: E402
 
 # Sampler and pruner settings of the grid, as study.yaml writes them ("seed" is added per run).
 # "tpe" is Optuna's TPESampler as dvt-hpo built it before this benchmark (Optuna's defaults:
@@ -283,49 +282,19 @@ def study_document(
     return doc
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(HERE), str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])]
-    )
-    env["OMP_NUM_THREADS"] = "1"
-    return env
-
-
-def _scratch() -> Path:
-    shm = Path("/dev/shm")
-    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else None
-    return Path(tempfile.mkdtemp(prefix="dvt-lcbench-", dir=base))
-
-
 def run_study(
     cell: str, task: str, seed: int, budget: int, parallel: int = 1, sleep_scale: float = 0.0
 ) -> StudyResult:
     """One study through ``dvt-hpo run``, read back from its journal, its folder removed."""
-    folder = _scratch()
+    folder = scratch("dvt-lcbench-")
     try:
-        path = folder / "study.yaml"
         doc = study_document(cell, task, seed, budget, folder, parallel, sleep_scale)
-        path.write_text(yaml.safe_dump(doc))
-        start = time.perf_counter()
-        proc = subprocess.run(
-            [sys.executable, "-m", "dvt_hpo", "run", str(path)],
-            cwd=folder,
-            env=_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            check=False,
+        wall_s, returncode = run_until_spent(
+            doc, folder, paths=[HERE, REPO_ROOT], what=f"{cell} task {task} seed {seed}"
         )
-        wall_s = time.perf_counter() - start
-        if proc.returncode not in (0, 1) or "epoch budget spent" not in proc.stdout:
-            raise RuntimeError(
-                f"{cell} task {task} seed {seed}: dvt-hpo run exited {proc.returncode} without "
-                f"spending its budget:\n{proc.stdout[-3000:]}"
-            )
         trials = read_trials(folder / "study.log", task, by_end=parallel > 1)
         return StudyResult(
-            cell, task, seed, budget, wall_s, proc.returncode, trials, "dvt", parallel, sleep_scale
+            cell, task, seed, budget, wall_s, returncode, trials, "dvt", parallel, sleep_scale
         )
     finally:
         shutil.rmtree(folder, ignore_errors=True)

@@ -49,6 +49,7 @@ except ImportError:  # a checkout without the package installed
 import yaml  # noqa: E402
 from cells import PAUSE_GROUP, SCREEN, algorithms, check_cell, trials_section  # noqa: E402
 from families import FAMILIES, family  # noqa: E402
+from spend import run_until_spent, scratch  # noqa: E402
 from split import read_split  # noqa: E402
 
 RESULTS = HERE / "results"
@@ -166,33 +167,17 @@ def run_dvt(fam: str, task: str, cell: str, seed: int, budget: int) -> dict[str,
     """The study through ``dvt-hpo run``, read back from its journal."""
     from dvt_hpo.store.opening import StudyAt
 
-    shm = Path("/dev/shm")
-    folder = Path(
-        tempfile.mkdtemp(prefix="dvt-suite-", dir=shm if os.access(shm, os.W_OK) else None)
-    )
+    folder = scratch("dvt-suite-")
     try:
         doc = study_document(fam, task, cell, seed, budget, folder)
-        (folder / "study.yaml").write_text(yaml.safe_dump(doc))
-        env = dict(os.environ, SUITE_FAMILY=fam, OMP_NUM_THREADS="1")
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(HERE), str(HERE.parent), str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])]
-        )
-        start = time.perf_counter()
-        proc = subprocess.run(
-            [sys.executable, "-m", "dvt_hpo", "run", "study.yaml"],
-            cwd=folder,
+        env = dict(os.environ, SUITE_FAMILY=fam)
+        wall_s, _ = run_until_spent(
+            doc,
+            folder,
+            paths=[HERE, HERE.parent, REPO_ROOT],
+            what=f"{fam} {task} {cell} seed {seed}",
             env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            check=False,
         )
-        wall_s = time.perf_counter() - start
-        if proc.returncode not in (0, 1) or "epoch budget spent" not in proc.stdout:
-            raise RuntimeError(
-                f"{fam} {task} {cell} seed {seed}: dvt-hpo run exited {proc.returncode} without "
-                f"spending its budget:\n{proc.stdout[-3000:]}"
-            )
         study = StudyAt(f"journal:///{folder / 'study.log'}", "suite").load().study
         stored = study.get_trials(deepcopy=False)
         return {
