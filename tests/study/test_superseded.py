@@ -78,7 +78,8 @@ def test_a_trial_failed_by_another_worker_stops_and_leaves_its_chain_to_the_copy
     assert "status" not in failed.user_attrs, failed.user_attrs
     last = max(failed.intermediate_values)
     # Stopped at the first report after the fail: it trained that one epoch more, no other.
-    trained = [int(e) for t, e in zip(*[iter(epoch_log.read_text().split())] * 2) if t == "0"]
+    lines = [line.split() for line in epoch_log.read_text().splitlines()]
+    trained = [int(epoch) for trial, epoch in lines if trial == "0"]
     assert max(trained) == last + 1 < EPOCHS - 1, trained
     assert "trial   0 STOPPED" in out and "another worker failed it as stale" in out, out
     # The copy resumed from the state the trial saved after its last stored report: the
