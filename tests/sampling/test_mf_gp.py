@@ -193,6 +193,24 @@ def test_conditional_parameters_are_sampled_outside_the_model() -> None:
     assert "momentum" not in sampler.infer_relative_search_space(study, study.trials[-1])
 
 
+def test_a_space_that_shrinks_between_fits_refits_the_model() -> None:
+    # The first trials all had "momentum" (their `when:` held), so the model was fitted on two
+    # columns; the next trial lacks it and the shared space shrinks before a refit is due.
+    sampler = MultiFidelityGPSampler(seed=0, n_startup_trials=3, refit_every=100)
+    study = _study(sampler)
+    for _ in range(4):
+        trial = study.ask()
+        x = trial.suggest_float("x", 0.0, 1.0)
+        trial.suggest_float("momentum", 0.0, 1.0)
+        study.tell(trial, x)
+    trial = study.ask()  # fitted on (x, momentum)
+    study.tell(trial, trial.suggest_float("x", 0.0, 1.0))  # no momentum: the space is (x)
+    trial = study.ask()
+    x = trial.suggest_float("x", 0.0, 1.0)
+    assert 0.0 <= x <= 1.0
+    assert set(sampler.infer_relative_search_space(study, study.trials[-1])) == {"x"}
+
+
 def test_the_likelihood_gradient_is_exact() -> None:
     rng = np.random.default_rng(0)
     x = rng.random((40, 4))
