@@ -15,6 +15,14 @@ SAMPLERS: dict[str, dict[str, Any]] = {
     "tpe-uni-ce": dict(_TPE_UNI_CE),
     # A GP over (config, epoch) fitted on every trial's curve (dvt_hpo.sampling.mf_gp).
     "mf-gp": {"kind": "mf_gp"},
+    # The same GP deciding after fewer random trials than its 10 (round 9's screen of the
+    # short-curve row; one more than the parameters it models: 3 on iaml_glmnet, 6 on
+    # rbv2_rpart, 7 on builtin_digits, 8 on LCBench).
+    "mf-gp-s3": {"kind": "mf_gp", "n_startup_trials": 3},
+    "mf-gp-s5": {"kind": "mf_gp", "n_startup_trials": 5},
+    "mf-gp-s6": {"kind": "mf_gp", "n_startup_trials": 6},
+    "mf-gp-s7": {"kind": "mf_gp", "n_startup_trials": 7},
+    "mf-gp-s8": {"kind": "mf_gp", "n_startup_trials": 8},
 }
 PRUNERS: dict[str, dict[str, Any]] = {
     "none": {"kind": "none"},

@@ -8,10 +8,10 @@ from functools import cache
 from family import Family
 
 
-def _lcbench() -> Family:
+def _lcbench(steps: int | None = None) -> Family:
     from lcbench import Lcbench
 
-    return Lcbench()
+    return Lcbench() if steps is None else Lcbench(steps)
 
 
 def _rbv2_rpart() -> Family:
@@ -26,10 +26,10 @@ def _iaml_glmnet() -> Family:
     return IamlGlmnet()
 
 
-def _builtin_digits() -> Family:
+def _builtin_digits(configs: int | None = None) -> Family:
     from builtin_digits import BuiltinDigits
 
-    return BuiltinDigits()
+    return BuiltinDigits(configs=configs)
 
 
 FAMILIES: dict[str, Callable[[], Family]] = {
@@ -40,9 +40,28 @@ FAMILIES: dict[str, Callable[[], Family]] = {
 }
 
 
+# Variants of the suite's families, on the same tasks and so in the same halves (split.json
+# records the four): LCBench cut to its first K epochs, a K-epoch family (where the default's
+# curve-length line, dvt_hpo.sampling.kinds.SHORT_CURVE_EPOCHS, falls between the 10-step
+# families and LCBench's 52); the built-in trainer's table at 1,000 configs per task (the
+# family `builtin_digits` reads the 53-54 per task the table held in rounds 7 and 8).
+VARIANTS: dict[str, tuple[str, Callable[[], Family]]] = {
+    "lcbench_e20": ("lcbench", lambda: _lcbench(20)),
+    "lcbench_e30": ("lcbench", lambda: _lcbench(30)),
+    "builtin_digits_1000": ("builtin_digits", lambda: _builtin_digits(1000)),
+}
+
+
+def halves_of(name: str) -> str:
+    """The family whose halves in split.json ``name`` takes: its own, or a variant's family's."""
+    return VARIANTS[name][0] if name in VARIANTS else name
+
+
 @cache
 def family(name: str) -> Family:
-    """The family ``name``, built once per process."""
+    """The family ``name`` (one of FAMILIES or VARIANTS), built once per process."""
+    if name in VARIANTS:
+        return VARIANTS[name][1]()
     if name not in FAMILIES:
-        raise KeyError(f"unknown family {name!r}; known: {', '.join(FAMILIES)}")
+        raise KeyError(f"unknown family {name!r}; known: {', '.join([*FAMILIES, *VARIANTS])}")
     return FAMILIES[name]()

@@ -146,9 +146,12 @@ class Surrogate:
             cols.append(col)
         return np.stack(cols, axis=1)
 
-    def final_values(self, task: str, hps: np.ndarray, metric: str) -> np.ndarray:
-        """``metric`` at the last epoch for rows of :data:`HYPERPARAMETERS`."""
-        epochs = np.full((hps.shape[0], 1), MAX_EPOCHS, dtype=np.float32)
+    def final_values(
+        self, task: str, hps: np.ndarray, metric: str, epoch: int = MAX_EPOCHS
+    ) -> np.ndarray:
+        """``metric`` at ``epoch`` (the last one by default) for rows of
+        :data:`HYPERPARAMETERS`."""
+        epochs = np.full((hps.shape[0], 1), epoch, dtype=np.float32)
         return self.predict(task, np.hstack([epochs, hps]))[metric]
 
 

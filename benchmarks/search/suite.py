@@ -48,7 +48,7 @@ except ImportError:  # a checkout without the package installed
 
 import yaml  # noqa: E402
 from cells import PAUSE_GROUP, SCREEN, algorithms, check_cell, trials_section  # noqa: E402
-from families import FAMILIES, family  # noqa: E402
+from families import FAMILIES, VARIANTS, family, halves_of  # noqa: E402
 from spend import run_until_spent, scratch  # noqa: E402
 from split import read_split  # noqa: E402
 
@@ -290,7 +290,7 @@ def run_grid(
         for fam in families:
             halves = ("selection", "report") if half == "both" else (half,)
             for h in halves:
-                for task in split[fam][h][:ntasks]:
+                for task in split[halves_of(fam)][h][:ntasks]:
                     for cell in cells:
                         if (fam, task, cell, seed) not in done:
                             todo.append((fam, task, h, cell, seed))
@@ -369,8 +369,8 @@ def main(argv: list[str] | None = None) -> int:
             p.error(str(exc))
     families = args.families.split(",")
     for fam in families:
-        if fam not in FAMILIES:
-            p.error(f"unknown family {fam!r}; known: {', '.join(FAMILIES)}")
+        if fam not in FAMILIES and fam not in VARIANTS:
+            p.error(f"unknown family {fam!r}; known: {', '.join([*FAMILIES, *VARIANTS])}")
     path = args.results or RESULTS / f"{args.grid}.jsonl.gz"
     run_grid(
         path, families, args.half, args.tasks, cells, args.seeds, args.budget, args.jobs, args.check

@@ -18,8 +18,8 @@ sys.path[:0] = [str(ROOT / "benchmarks" / "search"), str(ROOT / "benchmarks")]
 import split as split_mod  # noqa: E402
 import suite  # noqa: E402
 import suite_report  # noqa: E402
-from builtin_digits import SGD, BuiltinDigits, read_table  # noqa: E402
-from families import FAMILIES, family  # noqa: E402
+from builtin_digits import ROUND_8_CONFIGS, SGD, BuiltinDigits, read_table  # noqa: E402
+from families import FAMILIES, VARIANTS, family, halves_of  # noqa: E402
 
 
 def _family(name: str):  # type: ignore[no-untyped-def]
@@ -52,6 +52,28 @@ def test_a_family_answers_a_finite_curve_of_its_steps(name: str) -> None:
     assert np.isfinite(curve).all()
     top, median = f.reference(task)
     assert top >= median
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_a_variant_answers_its_steps_on_its_familys_tasks_and_halves(name: str) -> None:
+    f, base = _family(name), _family(halves_of(name))
+    assert f.name == name and f.tasks == base.tasks
+    task, params = f.tasks[0], f.trainer_defaults()
+    curve = f.curve(task, params)
+    assert curve.shape == (f.steps,) and np.isfinite(curve).all()
+    if f.steps < base.steps:  # a cut: the family's curve, up to the cut
+        np.testing.assert_allclose(curve, base.curve(task, params)[: f.steps], rtol=1e-6)
+    top, median = f.reference(task)
+    assert top >= median
+
+
+def test_builtin_digits_reads_the_configs_rounds_7_and_8_read() -> None:
+    # Their kept grids replay and normalise against the table as it was then.
+    table = _family("builtin_digits").table
+    assert {task: len(rows) for task, rows in table.items()} == ROUND_8_CONFIGS
+    larger = _family("builtin_digits_1000").table
+    for task, rows in table.items():
+        assert larger[task][: len(rows)] == rows
 
 
 @pytest.mark.parametrize("name", list(FAMILIES))
