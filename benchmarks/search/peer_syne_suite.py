@@ -1,18 +1,27 @@
-"""Syne Tune's ASHA on the search suite (every family, the suite's halves, seeds and budget), in
-Syne Tune's simulator; the results are suite rows, so ``suite_report.py`` reads them beside
-dvt-hpo's cells.
+"""Syne Tune's ASHA, BOHB and MOBSTER on the search suite (every family, the suite's halves,
+seeds and budget), in Syne Tune's simulator; the results are suite rows, so ``suite_report.py``
+reads them beside dvt-hpo's cells.
 
     python3.11 -m venv .venv-syne
-    .venv-syne/bin/pip install 'syne-tune==0.13.0' onnxruntime numpy pyyaml
+    .venv-syne/bin/pip install 'syne-tune==0.13.0' onnxruntime numpy pyyaml \\
+        scikit-learn scipy autograd statsmodels
     PYTHONPATH=$PWD .venv-syne/bin/python benchmarks/search/peer_syne_suite.py \\
         --grid report-r8-syne --half report --seeds 5 --cells syne-asha-promotion
+    PYTHONPATH=$PWD .venv-syne/bin/python benchmarks/search/peer_syne_suite.py \\
+        --grid report-r9-syne-bohb-mobster --half report --seeds 3 --cells syne-bohb,syne-mobster
 
 Cells: ``syne-asha-promotion``: ``syne_tune.optimizer.baselines.ASHA`` with
 ``type="promotion"`` (a trial pauses at each rung and is resumed from where it paused when it
 ranks in the top ``1 / reduction_factor`` there: the rule ``trials.pause`` takes over);
-``syne-asha``: the same with ``type="stopping"``. Both random search, Syne Tune's defaults
-otherwise (``grace_period=1``, ``reduction_factor=3``, ``brackets=1``), ``max_t`` = the family's
-steps, ``mode="max"``, ``random_seed`` = the study's seed.
+``syne-asha``: the same with ``type="stopping"``. Both random search. ``syne-bohb``:
+``baselines.BOHB`` (ASHA's stopping rule, configs from Syne Tune's multi-fidelity KDE searcher);
+``syne-mobster``: ``baselines.MOBSTER`` (the same rule, configs from its multi-task GP searcher,
+``gp_multitask``), both ``type="stopping"``. Every cell Syne Tune's defaults otherwise
+(``grace_period=1``, ``reduction_factor=3``, ``brackets=1``, the searchers' own settings),
+``max_t`` = the family's steps, ``mode="max"``, ``random_seed`` = the study's seed. A cell name
+ending in ``@4`` runs the same scheduler with 4 trials at a time (``n_workers=4``). Syne Tune's
+simulator imports scikit-learn, BOHB's searcher statsmodels, MOBSTER's autograd and scipy: none
+comes with ``syne-tune`` itself, hence the second line of the install.
 
 A family is a Syne Tune ``Blackbox`` (the family's curve; each step one simulated second: with one
 trial at a time only the order matters), run by ``UserBlackboxBackend`` (checkpointing on: a
@@ -36,6 +45,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +58,16 @@ import result_files  # noqa: E402
 from families import FAMILIES, family  # noqa: E402
 from split import read_split  # noqa: E402
 
-CELLS = {"syne-asha-promotion": "promotion", "syne-asha": "stopping"}
+# Cell -> (the scheduler in syne_tune.optimizer.baselines, its searcher as the row names it, type).
+CELLS: dict[str, tuple[str, str, str]] = {
+    "syne-asha-promotion": ("ASHA", "random", "promotion"),
+    "syne-asha": ("ASHA", "random", "stopping"),
+    "syne-bohb": ("BOHB", "BOHB (KDE)", "stopping"),
+    "syne-mobster": ("MOBSTER", "MOBSTER (GP)", "stopping"),
+}
+# The signature of a runner's study: (cell, family, task, seed, budget in full trainings) -> the
+# row's fields beyond family, task, half, cell, seed, budget, fidelity and commit.
+Study = Callable[[str, str, str, int, int], dict[str, Any]]
 FULL_BUDGET = 30  # suite.FULL_BUDGET
 STEP = "epoch"
 ELAPSED = "elapsed_time"
@@ -161,13 +180,21 @@ class Stretches:
         return [*self.rows, *self.open.values()]
 
 
+def split_cell(cell: str) -> tuple[str, int]:
+    """``syne-bohb@4`` -> (``syne-bohb``, 4); a name without ``@`` runs one trial at a time."""
+    name, _, workers = cell.partition("@")
+    return name, int(workers or 1)
+
+
 def run_study(cell: str, fam: str, task: str, seed: int, budget_x: int) -> dict[str, Any]:
     from syne_tune import Tuner
     from syne_tune.backend.simulator_backend.simulator_callback import SimulatorCallback
     from syne_tune.blackbox_repository.simulated_tabular_backend import UserBlackboxBackend
-    from syne_tune.optimizer.baselines import ASHA
+    from syne_tune.optimizer import baselines
     from syne_tune.tuner_callback import TunerCallback
 
+    name, workers = split_cell(cell)
+    scheduler_name, searcher, kind = CELLS[name]
     f = family(fam)
     log = Stretches(budget_x * f.steps, f.steps)
 
@@ -180,26 +207,27 @@ def run_study(cell: str, fam: str, task: str, seed: int, budget_x: int) -> dict[
     blackbox = make_blackbox(fam, task)
     start = time.perf_counter()
     try:
-        scheduler = ASHA(
+        scheduler = getattr(baselines, scheduler_name)(
             blackbox.configuration_space,
             metric=METRIC,
             mode="max",
             resource_attr=STEP,
             max_t=f.steps,
-            type=CELLS[cell],
+            type=kind,
             random_seed=seed,
         )
         tuner = Tuner(
             trial_backend=UserBlackboxBackend(blackbox=blackbox, elapsed_time_attr=ELAPSED),
             scheduler=scheduler,
             stop_criterion=lambda status: log.exhausted,
-            n_workers=1,
+            n_workers=workers,
             sleep_time=0,
             results_update_interval=1e9,
             print_update_interval=1e9,
             callbacks=[SimulatorCallback(), Count()],
             save_tuner=False,
-            tuner_name=f"{cell}-{fam}-{task}-{seed}".replace("_", "-"),
+            # Syne Tune takes letters, digits and dashes only.
+            tuner_name=f"{cell}-{fam}-{task}-{seed}".replace("_", "-").replace("@", "-at"),
         )
         tuner.run()
     finally:
@@ -214,31 +242,44 @@ def run_study(cell: str, fam: str, task: str, seed: int, budget_x: int) -> dict[
         "trials": trials,
         "epochs": sum(t[2] for t in trials),
         "continuations": sum(1 for t in trials if len(t) > 4),
-        "sampler": {"kind": "syne-tune: random"},
-        "pruner": {"kind": f"syne-tune: HyperbandScheduler ({CELLS[cell]})"},
+        "parallel": workers,
+        "sampler": {"kind": f"syne-tune: {searcher}"},
+        "pruner": {"kind": f"syne-tune: HyperbandScheduler ({kind})"},
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def grid_parser(doc: str, cells: list[str], default: str) -> argparse.ArgumentParser:
+    """The command line every suite peer runner takes (``peer_mf_suite.py`` too)."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     p.add_argument("--grid", help="results file name (results/<grid>.jsonl.gz)")
     p.add_argument("--results", type=Path, help="the results file instead")
     p.add_argument("--families", default=",".join(FAMILIES))
     p.add_argument("--half", choices=("selection", "report"), default="report")
     p.add_argument("--tasks", type=int, help="the first N tasks of each half (split.json order)")
-    p.add_argument("--cells", default="syne-asha-promotion", help=f"comma-separated: {list(CELLS)}")
+    p.add_argument(
+        "--cells", default=default, help=f"comma-separated: {cells}, each also as NAME@4"
+    )
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--budget", type=int, default=FULL_BUDGET, help="full trainings' worth")
-    args = p.parse_args(argv)
+    return p
+
+
+def run_grid(
+    args: argparse.Namespace,
+    study: Study,
+    engine: str,
+    skip: tuple[type[BaseException], ...] = (),
+    known: Callable[[str], bool] = lambda cell: split_cell(cell)[0] in CELLS,
+) -> int:
+    """Every (family, task, cell, seed) of the command line not yet in the results file, one
+    study after another, each appended as one gzip member (a run cut short resumes). A study
+    that raises one of ``skip`` is left out and said."""
     if not args.grid and not args.results:
-        p.error("--grid NAME or --results FILE")
+        raise SystemExit("--grid NAME or --results FILE")
     cells = args.cells.split(",")
     for cell in cells:
-        if cell not in CELLS:
-            p.error(f"unknown cell {cell!r}; known: {', '.join(CELLS)}")
-    import syne_tune
-
-    logging.getLogger("syne_tune").setLevel(logging.WARNING)
+        if not known(cell):
+            raise SystemExit(f"unknown cell {cell!r}")
     path = args.results or RESULTS / f"{args.grid}.jsonl.gz"
     done = set()
     if path.is_file():
@@ -255,19 +296,16 @@ def main(argv: list[str] | None = None) -> int:
         for cell in cells
         if (fam, task, cell, seed) not in done
     ]
-    print(f"Syne Tune {syne_tune.__version__}: {len(todo)} studies, results in {path}")
+    print(f"{engine}: {len(todo)} studies, results in {path}", flush=True)
     sha, start = result_files.commit(), time.perf_counter()
     path.parent.mkdir(parents=True, exist_ok=True)
     failed = []
     for i, (fam, task, cell, seed) in enumerate(todo, 1):
         try:
-            result = run_study(cell, fam, task, seed, args.budget)
-        except AssertionError as exc:
-            # Syne Tune 0.13's promotion rungs assert now and then in the simulator ("resource
-            # = 5 > 3 milestone"): the study is left out (suite_report then compares the other
-            # cells without its task and seed) and said.
+            result = study(cell, fam, task, seed, args.budget)
+        except skip as exc:
             failed.append((fam, task, cell, seed))
-            print(f"  failed: {fam} {task} {cell} seed {seed}: Syne Tune asserted: {exc}")
+            print(f"  failed: {fam} {task} {cell} seed {seed}: {engine} raised {exc!r}")
             continue
         f = family(fam)
         row = {"family": fam, "task": task, "half": args.half, "cell": cell, "seed": seed}
@@ -281,8 +319,19 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
     if failed:
-        print(f"{len(failed)} of {len(todo)} studies failed in Syne Tune (left out): {failed}")
+        print(f"{len(failed)} of {len(todo)} studies failed in {engine} (left out): {failed}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = grid_parser(__doc__ or "", list(CELLS), "syne-asha-promotion").parse_args(argv)
+    import syne_tune
+
+    logging.getLogger("syne_tune").setLevel(logging.WARNING)
+    # Syne Tune 0.13's promotion rungs assert now and then in the simulator ("resource = 5 > 3
+    # milestone"): the study is left out (suite_report then compares the other cells without
+    # its task and seed) and said.
+    return run_grid(args, run_study, f"Syne Tune {syne_tune.__version__}", skip=(AssertionError,))
 
 
 if __name__ == "__main__":

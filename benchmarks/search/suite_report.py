@@ -44,7 +44,7 @@ GOAL_SHARE = {"lcbench": 0.35}
 GOAL_SHARE_ELSE = 0.5
 PAUSE_GOAL_SHARE = {"lcbench": 0.20}
 PAUSE_GOAL_SHARE_ELSE = 0.35
-PEER_PREFIXES = ("syne-", "ray-")
+PEER_PREFIXES = ("syne-", "ray-", "smac-", "dehb")
 
 
 def incumbent_curve(trials: Sequence[Sequence[Any]]) -> list[tuple[int, float | None]]:
