@@ -243,18 +243,12 @@ def run_study(cell: str, fam: str, task: str, seed: int, budget_x: int) -> dict[
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     wall = time.perf_counter() - start
-    if not log.exhausted:
-        raise RuntimeError(f"{cell} {fam} {task} seed {seed}: stopped before the budget")
-    trials = log.all_rows()
     settings = {"eta": ETA, "min_budget": 1, "max_budget": f.steps, "steps": "round(budget)"}
     return {
         "engine": engine,
         "version": version(engine),
-        "wall_s": round(wall, 2),
-        "trials": trials,
-        "epochs": sum(t[2] for t in trials),
-        "continuations": 0,  # neither tool resumes a training
-        "parallel": workers,
+        # Neither tool resumes a training: no continuations.
+        **log.study_fields(f"{cell} {fam} {task} seed {seed}", wall, workers),
         "configs": configs,
         "evaluations": evaluations,
         "sampler": {"kind": sampler, "seed": seed},

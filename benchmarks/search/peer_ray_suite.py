@@ -202,17 +202,11 @@ def run_study(cell: str, fam: str, task: str, seed: int, budget_x: int) -> dict[
     start = time.perf_counter()
     started = simulate(RayAsha(name, space, f.steps, seed), curve, workers, log)
     wall = time.perf_counter() - start
-    if not log.exhausted:
-        raise RuntimeError(f"{cell} {fam} {task} seed {seed}: stopped before the budget")
-    trials = log.all_rows()
     return {
         "engine": "ray-tune",
         "version": version(),
-        "wall_s": round(wall, 2),
-        "trials": trials,
-        "epochs": sum(t[2] for t in trials),
-        "continuations": 0,  # ASHA in Ray stops trials, it never resumes one
-        "parallel": workers,
+        # ASHA in Ray stops trials, it never resumes one: no continuations.
+        **log.study_fields(f"{cell} {fam} {task} seed {seed}", wall, workers),
         "configs": started,
         "sampler": {"kind": sampler, "seed": seed},
         "pruner": {"kind": pruner, "max_t": f.steps, "time_attr": TIME_ATTR, **ASHA},

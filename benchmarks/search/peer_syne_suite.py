@@ -179,6 +179,20 @@ class Stretches:
         """The stretches that ended, in order, then those the budget cut."""
         return [*self.rows, *self.open.values()]
 
+    def study_fields(self, study: str, wall_s: float, workers: int) -> dict[str, Any]:
+        """What every peer's result line records of a study (its rows, the steps they trained,
+        the continuations); a study the tool left before its budget was spent is refused."""
+        if not self.exhausted:
+            raise RuntimeError(f"{study}: the tool stopped before the budget was spent")
+        trials = self.all_rows()
+        return {
+            "wall_s": round(wall_s, 2),
+            "trials": trials,
+            "epochs": sum(t[2] for t in trials),
+            "continuations": sum(1 for t in trials if len(t) > 4),
+            "parallel": workers,
+        }
+
 
 def split_cell(cell: str) -> tuple[str, int]:
     """``syne-bohb@4`` -> (``syne-bohb``, 4); a name without ``@`` runs one trial at a time."""
@@ -233,16 +247,9 @@ def run_study(cell: str, fam: str, task: str, seed: int, budget_x: int) -> dict[
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     wall = time.perf_counter() - start
-    if not log.exhausted:
-        raise RuntimeError(f"{cell} {fam} {task} seed {seed}: Syne Tune stopped before the budget")
-    trials = log.all_rows()
     return {
         "engine": "syne-tune",
-        "wall_s": round(wall, 2),
-        "trials": trials,
-        "epochs": sum(t[2] for t in trials),
-        "continuations": sum(1 for t in trials if len(t) > 4),
-        "parallel": workers,
+        **log.study_fields(f"{cell} {fam} {task} seed {seed}", wall, workers),
         "sampler": {"kind": f"syne-tune: {searcher}"},
         "pruner": {"kind": f"syne-tune: HyperbandScheduler ({kind})"},
     }
