@@ -55,7 +55,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 import result_files  # noqa: E402
-from families import FAMILIES, family  # noqa: E402
+from families import FAMILIES, family, halves_of  # noqa: E402
 from split import read_split  # noqa: E402
 
 # Cell -> (the scheduler in syne_tune.optimizer.baselines, its searcher as the row names it, type).
@@ -299,7 +299,7 @@ def run_grid(
         (fam, task, cell, seed)
         for seed in range(args.seeds)
         for fam in args.families.split(",")
-        for task in split[fam][args.half][: args.tasks]
+        for task in split[halves_of(fam)][args.half][: args.tasks]
         for cell in cells
         if (fam, task, cell, seed) not in done
     ]
