@@ -150,15 +150,16 @@ class MultiFidelityGPSampler(optuna.samplers.BaseSampler):
         y = (data.y - mean) / scale
         # Hyperparameters settle as data grows: refit every refit_every trials, later every 10 %.
         due = max(self._refit_every, self._fitted_at // 10)
-        # The space every trial shares shrinks when a trial lacks a parameter the earlier ones
-        # all had (a `when:` that held for every startup trial): the last fit's length scales
-        # are for the old space's columns, so the model refits now rather than at its schedule.
-        moved = self._theta is not None and len(self._theta) != x.shape[1] + 2
-        if self._theta is None or moved or observed - self._fitted_at >= due:
-            fitted = _fit(data.fit_x, (data.fit_y - mean) / scale, None if moved else self._theta)
+        # No fit yet, or one for other columns: the space every trial shares shrinks when a
+        # trial lacks a parameter the earlier ones all had (a `when:` that held for every
+        # startup trial), so the model refits now rather than at its schedule (_fit starts
+        # afresh from hyperparameters of another width).
+        unfitted = self._theta is None or len(self._theta) != x.shape[1] + 2
+        if unfitted or observed - self._fitted_at >= due:
+            fitted = _fit(data.fit_x, (data.fit_y - mean) / scale, self._theta)
             if fitted is not None:
                 self._theta = np.round(fitted, _THETA_DECIMALS)
-            elif self._theta is None or len(self._theta) != x.shape[1] + 2:
+            elif unfitted:
                 self._theta = np.round(_start_theta(x.shape[1]), _THETA_DECIMALS)
             # Also after a capped fit: the next one waits for the usual schedule, so a machine
             # that cannot fit within the cap pays it once per refit, not at every ask.
