@@ -137,7 +137,10 @@ def preempt(job_id: str, cpus: int) -> None:
     worker's hold lifted."""
     submitted = subprocess.run(
         ["sbatch", "--parsable", "-p", PREEMPTING_PARTITION, "-c", str(cpus), "--mem=64M"]
-        + ["-o", "/dev/null", "--wrap", "true"],
+        # Two seconds, not `true`: a worker requeued in the second the urgent job ends restarts
+        # in that same second, and Slurm ends a restart that begins in the second of the
+        # requeue FAILED at once, run time 0 (a real cluster holds a requeued job 2 minutes).
+        + ["-o", "/dev/null", "--wrap", "sleep 2"],
         timeout=30,
         capture_output=True,
         text=True,
