@@ -23,6 +23,10 @@ SAMPLERS: dict[str, dict[str, Any]] = {
     "mf-gp-s6": {"kind": "mf_gp", "n_startup_trials": 6},
     "mf-gp-s7": {"kind": "mf_gp", "n_startup_trials": 7},
     "mf-gp-s8": {"kind": "mf_gp", "n_startup_trials": 8},
+    # The GP with every conditional parameter left to univariate TPE (before round 10, where a
+    # parameter a categorical's choice decides is modelled).
+    "mf-gp-tpecond": {"kind": "mf_gp", "model_conditional": False},
+    "mf-gp-cond": {"kind": "mf_gp", "model_conditional": True},
 }
 PRUNERS: dict[str, dict[str, Any]] = {
     "none": {"kind": "none"},

@@ -26,6 +26,12 @@ def _iaml_glmnet() -> Family:
     return IamlGlmnet()
 
 
+def _cash_rpart_glmnet() -> Family:
+    from cash_rpart_glmnet import CashRpartGlmnet
+
+    return CashRpartGlmnet()
+
+
 def _builtin_digits(configs: int | None = None) -> Family:
     from builtin_digits import BuiltinDigits
 
@@ -44,11 +50,14 @@ FAMILIES: dict[str, Callable[[], Family]] = {
 # records the four): LCBench cut to its first K epochs, a K-epoch family (where the default's
 # curve-length line, dvt_hpo.sampling.kinds.SHORT_CURVE_EPOCHS, falls between the 10-step
 # families and LCBench's 52); the built-in trainer's table at 1,000 configs per task (the
-# family `builtin_digits` reads the 53-54 per task the table held in rounds 7 and 8).
+# family `builtin_digits` reads the 53-54 per task the table held in rounds 7 and 8); a learner
+# choice between rbv2_rpart and iaml_glmnet on iaml_glmnet's tasks, the suite's second
+# conditional family (round 10).
 VARIANTS: dict[str, tuple[str, Callable[[], Family]]] = {
     "lcbench_e20": ("lcbench", lambda: _lcbench(20)),
     "lcbench_e30": ("lcbench", lambda: _lcbench(30)),
     "builtin_digits_1000": ("builtin_digits", lambda: _builtin_digits(1000)),
+    "cash_rpart_glmnet": ("iaml_glmnet", _cash_rpart_glmnet),
 }
 
 

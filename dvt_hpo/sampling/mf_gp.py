@@ -24,17 +24,14 @@ from typing import Any
 
 import numpy as np
 import optuna
-from optuna.distributions import (
-    BaseDistribution,
-    CategoricalDistribution,
-    FloatDistribution,
-    IntDistribution,
-)
+from optuna.distributions import BaseDistribution
 from optuna.search_space import IntersectionSearchSpace
 from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from dvt_hpo.sampling.blas import single_thread_blas
+from dvt_hpo.sampling.mf_gp_codec import Codec
+from dvt_hpo.sampling.mf_gp_conditions import Conditions, Rule
 from dvt_hpo.sampling.mf_gp_points import CurveCache, Points
 
 __all__ = ["MultiFidelityGPSampler"]
@@ -66,8 +63,10 @@ class MultiFidelityGPSampler(optuna.samplers.BaseSampler):
     ``n_startup_trials``: trials sampled at random before the model decides. ``refit_every``:
     trials between two fits of the kernel's hyperparameters (in between, the model takes the new
     data with the last ones). ``n_candidates``: configs the acquisition is evaluated on (half
-    uniform, half near the best configs so far). Parameters outside the space common to every
-    trial (conditional ones) are sampled by univariate TPE."""
+    uniform, half near the best configs so far). ``model_conditional``: a parameter outside the
+    space every trial shares, present exactly when a categorical one takes some of its choices
+    (a ``when:`` on one choice), is modelled too (:mod:`dvt_hpo.sampling.mf_gp_conditions`);
+    with False, and for any other conditional parameter, univariate TPE samples it."""
 
     def __init__(
         self,
@@ -75,6 +74,7 @@ class MultiFidelityGPSampler(optuna.samplers.BaseSampler):
         n_startup_trials: int = 10,
         refit_every: int = 5,
         n_candidates: int = 1000,
+        model_conditional: bool = True,
         seed: int | None = None,
     ) -> None:
         for name, value, low in (
@@ -84,6 +84,9 @@ class MultiFidelityGPSampler(optuna.samplers.BaseSampler):
         ):
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if not isinstance(model_conditional, bool):
+            raise ValueError(f"model_conditional must be true or false, got {model_conditional!r}")
+        self._model_conditional = model_conditional
         self._n_startup = n_startup_trials
         self._refit_every = refit_every
         self._n_candidates = n_candidates
@@ -95,6 +98,8 @@ class MultiFidelityGPSampler(optuna.samplers.BaseSampler):
                 multivariate=False, consider_endpoints=True, n_startup_trials=0, seed=seed
             )
         self._space = IntersectionSearchSpace(include_pruned=True)
+        self._conditions = Conditions()
+        self._rules: dict[str, Rule] = {}  # the conditional parameters of the last space
         self._theta: np.ndarray | None = None  # log hyperparameters of the last fit
         self._fitted_at = -1  # observed trials when the hyperparameters were last fitted
         self._curves = CurveCache()
@@ -109,8 +114,16 @@ class MultiFidelityGPSampler(optuna.samplers.BaseSampler):
     ) -> dict[str, BaseDistribution]:
         if len(study.directions) != 1:
             raise ValueError("the multi-fidelity GP sampler takes one objective")
-        space = self._space.calculate(study)
-        return {n: d for n, d in space.items() if not d.single()}
+        space = {n: d for n, d in self._space.calculate(study).items() if not d.single()}
+        self._rules = {}
+        if self._model_conditional:
+            self._conditions.read(
+                study.study_name,
+                study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)),
+            )
+            self._rules = {n: r for n, r in self._conditions.rules().items() if r.parent in space}
+            space.update(self._conditions.distributions(self._rules))
+        return space
 
     def sample_relative(
         self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
@@ -125,7 +138,7 @@ class MultiFidelityGPSampler(optuna.samplers.BaseSampler):
         finished = [t for t in trials if t.state != TrialState.RUNNING]
         if len(finished) < self._n_startup:
             return {}
-        codec = _Codec(search_space)
+        codec = Codec(search_space, {n: r for n, r in self._rules.items() if n in search_space})
         sign = 1.0 if study.direction == StudyDirection.MAXIMIZE else -1.0
         data = self._curves.points(
             study.study_name,
@@ -144,7 +157,7 @@ class MultiFidelityGPSampler(optuna.samplers.BaseSampler):
         with single_thread_blas():
             return self._decide(data, len(trials), codec)
 
-    def _decide(self, data: Points, observed: int, codec: _Codec) -> dict[str, Any]:
+    def _decide(self, data: Points, observed: int, codec: Codec) -> dict[str, Any]:
         x, pending = data.x, data.pending
         mean, scale = float(data.y.mean()), float(data.y.std()) or 1.0
         y = (data.y - mean) / scale
@@ -184,14 +197,14 @@ class MultiFidelityGPSampler(optuna.samplers.BaseSampler):
         param_name: str,
         param_distribution: BaseDistribution,
     ) -> Any:
-        # A parameter outside the space every trial shares (a conditional one): at random while
-        # the model waits for its first trials, then by univariate TPE, which fits each
-        # parameter on the trials that have it.
+        # A parameter outside the space every trial shares that the model does not take (a
+        # conditional one): at random while the model waits for its first trials, then by
+        # univariate TPE, which fits each parameter on the trials that have it.
         finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
         sampler = self._random if len(finished) < self._n_startup else self._tpe
         return sampler.sample_independent(study, trial, param_name, param_distribution)
 
-    def _candidates(self, codec: _Codec, leaders: np.ndarray) -> np.ndarray:
+    def _candidates(self, codec: Codec, leaders: np.ndarray) -> np.ndarray:
         """Uniform configs, and configs near ``leaders`` (the ones rated best at the last epoch)."""
         half = self._n_candidates // 2
         uniform = codec.random(self._rng, self._n_candidates - half)
@@ -209,92 +222,6 @@ def _expected_improvement(mu: np.ndarray, sd: np.ndarray, best: float) -> np.nda
 
     z = (mu - best) / sd
     return sd * (z * ndtr(z) + np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi))
-
-
-class _Codec:
-    """Params to the unit cube (log ranges in log space, categories one-hot) and back."""
-
-    def __init__(self, space: dict[str, BaseDistribution]) -> None:
-        self.names = sorted(space)
-        self.space = space
-        self.slices: dict[str, slice] = {}
-        width = 0
-        for name in self.names:
-            d = space[name]
-            n = len(d.choices) if isinstance(d, CategoricalDistribution) else 1
-            self.slices[name] = slice(width, width + n)
-            width += n
-        self.width = width
-
-    def encode(self, params: dict[str, Any]) -> np.ndarray:
-        out = np.zeros(self.width)
-        for name in self.names:
-            d, value, where = self.space[name], params[name], self.slices[name]
-            if isinstance(d, CategoricalDistribution):
-                out[where.start + d.to_internal_repr(value)] = 1.0
-            else:
-                low, high, v = _bounds(d, float(value))
-                out[where.start] = 0.5 if high == low else (v - low) / (high - low)
-        return out
-
-    def decode(self, row: np.ndarray) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for name in self.names:
-            d, where = self.space[name], self.slices[name]
-            if isinstance(d, CategoricalDistribution):
-                out[name] = d.choices[int(np.argmax(row[where]))]
-                continue
-            low, high, _ = _bounds(d, float(d.low))
-            v = low + float(row[where.start]) * (high - low)
-            value = math.exp(v) if d.log else v
-            if isinstance(d, IntDistribution):
-                value = d.low + round((value - d.low) / d.step) * d.step
-                out[name] = int(min(max(value, d.low), d.high))
-            else:
-                assert isinstance(d, FloatDistribution)
-                if d.step is not None:
-                    value = d.low + round((value - d.low) / d.step) * d.step
-                out[name] = float(min(max(value, d.low), d.high))
-        return out
-
-    def snap(self, rows: np.ndarray) -> np.ndarray:
-        """Rows as the configs they decode to (rounded to a step or an integer, one category)."""
-        out = np.clip(rows, 0.0, 1.0)
-        for name in self.names:
-            d, where = self.space[name], self.slices[name]
-            if isinstance(d, CategoricalDistribution):
-                hot = np.argmax(out[:, where], axis=1)
-                out[:, where] = np.eye(where.stop - where.start)[hot]
-                continue
-            step = d.step  # type: ignore[union-attr]
-            if step is None:
-                continue
-            low, high, _ = _bounds(d, float(d.low))
-            if high == low:
-                continue
-            v = low + out[:, where.start] * (high - low)
-            value = np.exp(v) if d.log else v  # type: ignore[union-attr]
-            value = d.low + np.round((value - d.low) / step) * step  # type: ignore[union-attr]
-            value = np.clip(value, d.low, d.high)  # type: ignore[union-attr]
-            v = np.log(value) if d.log else value  # type: ignore[union-attr]
-            out[:, where.start] = (v - low) / (high - low)
-        return out
-
-    def random(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        out = rng.random((n, self.width))
-        for name in self.names:
-            where = self.slices[name]
-            if isinstance(self.space[name], CategoricalDistribution):
-                hot = rng.integers(0, where.stop - where.start, n)
-                out[:, where] = np.eye(where.stop - where.start)[hot]
-        return out
-
-
-def _bounds(d: BaseDistribution, value: float) -> tuple[float, float, float]:
-    assert isinstance(d, (FloatDistribution, IntDistribution))
-    if d.log:
-        return math.log(d.low), math.log(d.high), math.log(value)
-    return float(d.low), float(d.high), value
 
 
 @dataclass

@@ -19,20 +19,18 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
-from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 __all__ = ["CurveCache", "Points"]
 
 
 class _Codec(Protocol):
-    """Params to a row of the unit cube (dvt_hpo.sampling.mf_gp's codec)."""
+    """Params to a row of the unit cube (dvt_hpo.sampling.mf_gp_codec)."""
 
-    names: list[str]
-    space: dict[str, BaseDistribution]
     width: int
+    key: tuple[object, ...]
 
-    def encode(self, params: dict[str, Any]) -> np.ndarray: ...
+    def encode(self, params: dict[str, Any]) -> np.ndarray | None: ...
 
 
 # A curve: (epoch counted from 1, value signed so that higher is better), epochs ascending.
@@ -82,7 +80,7 @@ class CurveCache:
         reported = [r for r in ranges if r is not None]
         first = min((r[0] for r in reported), default=1)
         top = max((r[1] for r in reported), default=first) - first + 1
-        key = (study_name, tuple((n, repr(codec.space[n])) for n in codec.names), first, top, sign)
+        key = (study_name, codec.key, first, top, sign)
         if key != self._key:
             self._key, self._curves = key, {}
         configs: list[np.ndarray] = []
@@ -128,9 +126,9 @@ def _curve(
 ) -> tuple[np.ndarray, _Curve] | None:
     """``t``'s config and kept points; an empty curve for a trial that reported nothing yet
     (a pending config when it runs); None when it lacks a parameter of the space."""
-    if any(name not in t.params for name in codec.names):
-        return None
     config = codec.encode(t.params)
+    if config is None:
+        return None
     epochs = {s - first + 1: v for s, v in t.intermediate_values.items() if math.isfinite(v)}
     if t.state == TrialState.COMPLETE and t.value is not None and math.isfinite(t.value):
         epochs[max([top, *epochs])] = t.value

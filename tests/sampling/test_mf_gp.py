@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import optuna
 import pytest
-from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState
 from scipy.optimize import check_grad
 
 from dvt_hpo.sampling import mf_gp
-from dvt_hpo.sampling.mf_gp import MultiFidelityGPSampler, _Codec, _neg_log_likelihood
+from dvt_hpo.sampling.mf_gp import MultiFidelityGPSampler, _neg_log_likelihood
 from dvt_hpo.sampling.optuna_factory import build_sampler, sampler_class
 from dvt_hpo.studyfile import load_spec
 from tests.studyfile.helpers import BASE, bad_file_test, case
@@ -193,6 +193,44 @@ def test_conditional_parameters_are_sampled_outside_the_model() -> None:
     assert "momentum" not in sampler.infer_relative_search_space(study, study.trials[-1])
 
 
+def _optimizer_objective(trial: optuna.Trial) -> float:
+    # A `when: {optimizer: sgd}`: SGD scores by its momentum, Adam a flat 0.5.
+    x = trial.suggest_float("x", 0.0, 1.0)
+    if trial.suggest_categorical("optimizer", ["adam", "sgd"]) == "sgd":
+        return x + 2.0 * trial.suggest_float("momentum", 0.0, 1.0)
+    return x + 0.5
+
+
+def test_a_parameter_one_choice_calls_for_is_modelled_with_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sampler = MultiFidelityGPSampler(seed=0, n_startup_trials=6)
+    study = _study(sampler)
+    study.optimize(_optimizer_objective, n_trials=6)
+    assert {t.params["optimizer"] for t in study.trials} == {"adam", "sgd"}
+    assert set(sampler.infer_relative_search_space(study, study.trials[-1])) == {
+        "x",
+        "optimizer",
+        "momentum",
+    }
+
+    def no_tpe(*args: object) -> None:
+        raise AssertionError("momentum was left to univariate TPE")
+
+    monkeypatch.setattr(sampler._tpe, "sample_independent", no_tpe)
+    study.optimize(_optimizer_objective, n_trials=10)
+    sgd = [t for t in study.trials[6:] if t.params["optimizer"] == "sgd"]
+    assert sgd, "the model never chose SGD, where the best values are"
+    assert max(t.params["momentum"] for t in sgd) > 0.8  # the model learned momentum's slope
+
+
+def test_without_model_conditional_the_parameter_goes_to_tpe() -> None:
+    sampler = MultiFidelityGPSampler(seed=0, n_startup_trials=6, model_conditional=False)
+    study = _study(sampler)
+    study.optimize(_optimizer_objective, n_trials=6)
+    assert set(sampler.infer_relative_search_space(study, study.trials[-1])) == {"x", "optimizer"}
+
+
 def test_a_space_that_shrinks_between_fits_refits_the_model() -> None:
     # The first trials all had "momentum" (their `when:` held), so the model was fitted on two
     # columns; the next trial lacks it and the shared space shrinks before a refit is due.
@@ -225,33 +263,9 @@ def test_the_likelihood_gradient_is_exact() -> None:
     assert error < 1e-4 * np.linalg.norm(_neg_log_likelihood(theta, x, y)[1])
 
 
-def test_params_map_to_the_unit_cube_and_back() -> None:
-    codec = _Codec(
-        {
-            "lr": FloatDistribution(1e-4, 1e-1, log=True),
-            "batch": IntDistribution(16, 512, log=True),
-            "layers": IntDistribution(1, 5),
-            "drop": FloatDistribution(0.0, 0.5, step=0.1),
-            "act": CategoricalDistribution(["relu", "gelu", "silu"]),
-        }
-    )
-    params = {"lr": 1e-3, "batch": 64, "layers": 3, "drop": 0.2, "act": "gelu"}
-    row = codec.encode(params)
-    assert codec.width == 7 and ((row >= 0) & (row <= 1)).all()
-    decoded = codec.decode(row)
-    assert decoded["lr"] == pytest.approx(1e-3) and decoded["drop"] == pytest.approx(0.2)
-    assert {k: decoded[k] for k in ("batch", "layers", "act")} == {
-        "batch": 64,
-        "layers": 3,
-        "act": "gelu",
-    }
-    rows = codec.random(np.random.default_rng(0), 200)
-    snapped = codec.snap(rows)
-    for row in snapped[:50]:
-        d = codec.decode(row)
-        assert np.allclose(codec.encode(d), row)  # every candidate is a config exactly
-        assert d["batch"] == int(d["batch"]) and 16 <= d["batch"] <= 512
-        assert round(d["drop"] * 10) == pytest.approx(d["drop"] * 10)
+def test_model_conditional_takes_a_boolean_only() -> None:
+    with pytest.raises(ValueError, match="model_conditional must be true or false, got 1"):
+        MultiFidelityGPSampler(model_conditional=1)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("name", ["n_startup_trials", "refit_every", "n_candidates"])

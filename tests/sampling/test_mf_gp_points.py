@@ -11,11 +11,11 @@ import pytest
 from optuna.distributions import FloatDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from dvt_hpo.sampling.mf_gp import _Codec
+from dvt_hpo.sampling.mf_gp_codec import Codec
 from dvt_hpo.sampling.mf_gp_points import CurveCache, _spread
 
 X = FloatDistribution(0.0, 1.0)
-CODEC = _Codec({"x": X})
+CODEC = Codec({"x": X})
 
 
 def _trial(number: int, x: float, curve: list[float], state: TrialState) -> FrozenTrial:

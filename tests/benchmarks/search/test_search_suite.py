@@ -122,6 +122,21 @@ def test_the_search_space_of_the_built_in_trainer_is_conditional() -> None:
     assert any("when" in d for d in space)
 
 
+def test_the_learner_choice_answers_each_branch_with_its_own_surrogate() -> None:
+    f = _family("cash_rpart_glmnet")
+    space = {d["name"]: d for d in f.search_space()}
+    assert space["learner"]["choices"] == ["rpart", "glmnet"]
+    task = f.tasks[0]
+    for learner in ("rpart", "glmnet"):
+        own = _family({"rpart": "rbv2_rpart", "glmnet": "iaml_glmnet"}[learner])
+        names = [d["name"] for d in own.search_space()]
+        assert all(space[n]["when"] == {"learner": learner} for n in names)
+        params = {**f.trainer_defaults(), "learner": learner}
+        np.testing.assert_array_equal(
+            f.curve(task, params), own.curve(task, {n: params[n] for n in names})
+        )
+
+
 def _row(cell: str, trials: list[list], task: str = "t", seed: int = 0) -> dict:
     return {
         "family": "iaml_glmnet",
