@@ -11,8 +11,6 @@ with a few more dimensions; each step is one epoch, and the objective the valida
 
 from __future__ import annotations
 
-import gzip
-import json
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
@@ -20,6 +18,7 @@ from typing import Any
 
 import numpy as np
 from family import HERE, Family
+from result_files import read_rows
 
 EPOCHS = 10
 TABLE = HERE / "data" / "builtin_digits" / "curves.jsonl.gz"
@@ -102,19 +101,9 @@ def trainer_config(task: str, params: Mapping[str, Any], output_dir: str) -> dic
 def read_table(path: Path = TABLE) -> dict[str, list[tuple[dict[str, Any], list[float]]]]:
     """Per task, the recorded (params, macro-F1 per epoch); a last line cut short is skipped."""
     out: dict[str, list[tuple[dict[str, Any], list[float]]]] = {t: [] for t in TASKS}
-    if not path.is_file():
-        return out
-    with gzip.open(path, "rt") as fh:
-        try:
-            for line in fh:
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if row.get("task") in out and len(row["curve"]) == EPOCHS:
-                    out[row["task"]].append((row["params"], row["curve"]))
-        except EOFError:  # a recording stopped mid-write
-            pass
+    for row in read_rows(path):
+        if row.get("task") in out and len(row["curve"]) == EPOCHS:
+            out[row["task"]].append((row["params"], row["curve"]))
     return out
 
 

@@ -288,12 +288,7 @@ def run_grid(
         if not known(cell):
             raise SystemExit(f"unknown cell {cell!r}")
     path = args.results or RESULTS / f"{args.grid}.jsonl.gz"
-    done = set()
-    if path.is_file():
-        with gzip.open(path, "rt") as fh:
-            for line in fh:
-                r = json.loads(line)
-                done.add((r["family"], r["task"], r["cell"], r["seed"]))
+    done = {(r["family"], r["task"], r["cell"], r["seed"]) for r in result_files.read_rows(path)}
     split = read_split()
     todo = [
         (fam, task, cell, seed)

@@ -26,11 +26,29 @@ import io
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 PACKED_SUFFIX = ".jsonl.gz"
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def read_rows(path: Path) -> Iterator[dict[str, Any]]:
+    """Every line of an append-only ``.jsonl.gz`` (the suite's results, one gzip member per
+    study; the built-in trainer's table): none when the file is missing, and a last line cut
+    short by a run stopped mid-write is skipped."""
+    if not path.is_file():
+        return
+    with gzip.open(path, "rt") as fh:
+        try:
+            for line in fh:
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+        except EOFError:
+            return
 
 
 def is_packed(source: Path) -> bool:

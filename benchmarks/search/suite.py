@@ -33,7 +33,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
@@ -49,6 +48,7 @@ except ImportError:  # a checkout without the package installed
 import yaml  # noqa: E402
 from cells import PAUSE_GROUP, SCREEN, algorithms, check_cell, trials_section  # noqa: E402
 from families import FAMILIES, VARIANTS, family, halves_of  # noqa: E402
+from result_files import read_rows as read_results  # noqa: E402
 from spend import run_until_spent, scratch  # noqa: E402
 from split import read_split  # noqa: E402
 
@@ -250,21 +250,6 @@ def checked(fam: str, task: str, cell: str, seed: int, budget: int) -> dict[str,
             + first_difference(a, b)
         )
     return a
-
-
-def read_results(path: Path) -> Iterator[dict[str, Any]]:
-    """Every study of a results file (a last line cut short is skipped)."""
-    if not path.is_file():
-        return
-    with gzip.open(path, "rt") as fh:
-        try:
-            for line in fh:
-                try:
-                    yield json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-        except EOFError:
-            return
 
 
 def _key(row: dict[str, Any]) -> tuple[str, str, str, int]:

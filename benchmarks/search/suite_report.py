@@ -37,6 +37,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from cells import DEFAULT, TPE_MEDIAN, TPE_NONE, is_pause, twin  # noqa: E402
+from result_files import read_rows  # noqa: E402
 
 FRACTIONS = (0.25, 0.5, 1.0)
 WITHIN = 0.01
@@ -252,8 +253,6 @@ def _pause_vs_twin(table: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from suite import read_results
-
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("results", type=Path, nargs="+")
     p.add_argument("--half", choices=("selection", "report"))
@@ -267,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     rows, seen = [], set()
     for path in args.results:
-        for r in read_results(path):
+        for r in read_rows(path):
             key = (r["family"], r["task"], r["cell"], r["seed"])
             if key not in seen:  # a study in two files: the first file's
                 seen.add(key)
