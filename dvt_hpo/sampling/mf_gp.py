@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 import optuna
 from optuna.distributions import BaseDistribution
-from optuna.search_space import IntersectionSearchSpace
 from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
@@ -97,7 +96,6 @@ class MultiFidelityGPSampler(optuna.samplers.BaseSampler):
             self._tpe = optuna.samplers.TPESampler(
                 multivariate=False, consider_endpoints=True, n_startup_trials=0, seed=seed
             )
-        self._space = IntersectionSearchSpace(include_pruned=True)
         self._conditions = Conditions()
         self._rules: dict[str, Rule] = {}  # the conditional parameters of the last space
         self._theta: np.ndarray | None = None  # log hyperparameters of the last fit
@@ -114,15 +112,14 @@ class MultiFidelityGPSampler(optuna.samplers.BaseSampler):
     ) -> dict[str, BaseDistribution]:
         if len(study.directions) != 1:
             raise ValueError("the multi-fidelity GP sampler takes one objective")
-        space = {n: d for n, d in self._space.calculate(study).items() if not d.single()}
-        self._rules = {}
-        if self._model_conditional:
-            self._conditions.read(
-                study.study_name,
-                study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)),
-            )
-            self._rules = {n: r for n, r in self._conditions.rules().items() if r.parent in space}
-            space.update(self._conditions.distributions(self._rules))
+        # One pass over the finished trials gives both the shared space and the conditions.
+        self._conditions.read(
+            study.study_name,
+            study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)),
+        )
+        space = self._conditions.shared()
+        self._rules = self._conditions.rules() if self._model_conditional else {}
+        space.update(self._conditions.distributions(self._rules))
         return space
 
     def sample_relative(

@@ -119,7 +119,7 @@ class Codec:
         for name, rule in self.rules.items():  # parents are categorical: snapped above
             chosen = np.argmax(out[:, self.slices[rule.parent]], axis=1)
             left_out = ~np.isin(chosen, list(rule.active))
-            out[np.ix_(left_out, np.arange(self.width)[self.slices[name]])] = ABSENT
+            out[left_out, self.slices[name]] = ABSENT
         return out
 
     def random(self, rng: np.random.Generator, n: int) -> np.ndarray:

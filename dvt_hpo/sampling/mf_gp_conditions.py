@@ -1,4 +1,6 @@
-"""Which conditional parameters the multi-fidelity GP models, read from the study's finished trials.
+"""What the multi-fidelity GP models, read from the study's finished trials: the parameters every
+trial shares (as Optuna's ``IntersectionSearchSpace`` finds them), and the conditional ones it
+can model too.
 
 A parameter that some trials lack (a study file's ``when:``, or an objective that suggests it
 only on some branch) is modelled when one categorical parameter that every finished trial has
@@ -90,17 +92,20 @@ class Conditions:
             self._choices.setdefault(parent, set()).add(int(index))
         self._always = names if self._always is None else self._always & names
 
+    def shared(self) -> dict[str, BaseDistribution]:
+        """The parameters every trial read has, each with one distribution throughout, those
+        with a single value left out (nothing to model)."""
+        return {
+            name: self._dists[name]
+            for name in sorted(self._always or ())
+            if name not in self._conflicting and not self._dists[name].single()
+        }
+
     def rules(self) -> dict[str, Rule]:
         """Each conditional parameter the trials explain, by the first parent (by name) that
         does, with its distribution in :meth:`distributions`."""
         always = self._always or set()
-        parents = sorted(
-            p
-            for p in always
-            if isinstance(self._dists[p], CategoricalDistribution)
-            and p not in self._conflicting
-            and not self._dists[p].single()
-        )
+        parents = [p for p, d in self.shared().items() if isinstance(d, CategoricalDistribution)]
         out: dict[str, Rule] = {}
         for name in sorted(set(self._dists) - always - self._conflicting):
             if self._dists[name].single():
