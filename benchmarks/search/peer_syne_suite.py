@@ -268,7 +268,22 @@ def grid_parser(doc: str, cells: list[str], default: str) -> argparse.ArgumentPa
     )
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--budget", type=int, default=FULL_BUDGET, help="full trainings' worth")
+    p.add_argument(
+        "--shard",
+        type=shard,
+        default=(0, 1),
+        help="K/N: only the K-th of every N studies still to run, so N processes (each with its "
+        "own --results file) share a grid",
+    )
     return p
+
+
+def shard(text: str) -> tuple[int, int]:
+    """``K/N`` with 0 <= K < N, for ``--shard``."""
+    k, _, n = text.partition("/")
+    if not (k.isdigit() and n.isdigit() and int(k) < int(n)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not K/N with 0 <= K < N")
+    return int(k), int(n)
 
 
 def run_grid(
@@ -297,7 +312,7 @@ def run_grid(
         for task in split[halves_of(fam)][args.half][: args.tasks]
         for cell in cells
         if (fam, task, cell, seed) not in done
-    ]
+    ][args.shard[0] :: args.shard[1]]
     print(f"{engine}: {len(todo)} studies, results in {path}", flush=True)
     sha, start = result_files.commit(), time.perf_counter()
     path.parent.mkdir(parents=True, exist_ok=True)

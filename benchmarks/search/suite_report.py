@@ -80,18 +80,23 @@ def _median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else math.nan
 
 
-def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
-    """Per family, per cell: median regret at each fraction, share to TPE's final, trials."""
+def reference(fam: str, task: str, runs: list[dict[str, Any]]) -> tuple[float, float]:
+    """(best value known, median random value) of a task: the family's, raised by any study."""
     from families import family
 
+    top, med = family(fam).reference(task)
+    seen = [t[3] for r in runs for t in r["trials"] if t[3] is not None]
+    return max([top, *seen]), med
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per family, per cell: median regret at each fraction, share to TPE's final, trials."""
     by_task: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         by_task[(r["family"], r["task"])].append(r)
     per_task: dict[tuple[str, str], dict[str, dict[str, float]]] = {}
     for (fam, task), runs in by_task.items():
-        top, med = family(fam).reference(task)
-        seen = [t[3] for r in runs for t in r["trials"] if t[3] is not None]
-        ref = (max([top, *seen]), med)
+        ref = reference(fam, task, runs)
         cells: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for r in runs:
             cells[r["cell"]].append(r)
@@ -188,6 +193,10 @@ def _order(cells: dict[str, dict[str, Any]], pause: bool) -> list[str]:
     return out + [c for c in ranked if c not in out]
 
 
+def _unseeded(spec: Any) -> Any:
+    return {k: v for k, v in spec.items() if k != "seed"} if isinstance(spec, dict) else spec
+
+
 def render(rows: list[dict[str, Any]], half: str | None = None, pause: bool = False) -> str:
     if half:
         rows = [r for r in rows if r["half"] == half]
@@ -224,8 +233,13 @@ def render(rows: list[dict[str, Any]], half: str | None = None, pause: bool = Fa
             )
     if pause:
         lines += _pause_vs_twin(table)
+    # The seed is the study's, not the default's: one line per family and resolution.
     resolved = sorted(
-        {f"{r['family']}: {r['sampler']} + {r['pruner']}" for r in rows if r["cell"] == DEFAULT}
+        {
+            f"{r['family']}: {_unseeded(r['sampler'])} + {_unseeded(r['pruner'])}"
+            for r in rows
+            if r["cell"] == DEFAULT
+        }
     )
     if resolved:
         lines += ["", "default resolved to:", *(f"  {x}" for x in resolved)]
@@ -252,6 +266,54 @@ def _pause_vs_twin(table: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
     return lines
 
 
+def sign_test_p(wins: int, losses: int) -> float:
+    """Two-sided sign test (ties left out): how likely a split at least this uneven is when
+    either cell is as likely to win a study."""
+    from scipy.stats import binomtest
+
+    return float(binomtest(wins, wins + losses).pvalue) if wins + losses else 1.0
+
+
+def paired(rows: list[dict[str, Any]], a: str, b: str) -> str:
+    """``a`` against ``b`` study by study (the same family, task and seed): how often each
+    ends with the lower regret at 25, 50 and 100 % of the budget, and the sign test's p. The
+    medians over tasks hide how often a cell wins; this says whether a gap is more than the
+    seeds' spread."""
+    by_task: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        by_task[(r["family"], r["task"])].append(r)
+    # family -> fraction -> [a better, tie, b better]
+    counts: dict[str, dict[float, list[int]]] = defaultdict(
+        lambda: {f: [0, 0, 0] for f in FRACTIONS}
+    )
+    for (fam, task), runs in by_task.items():
+        ref = reference(fam, task, runs)
+        of = {(r["cell"], r["seed"]): r for r in runs}
+        for (cell, seed), ra in of.items():
+            rb = of.get((b, seed))
+            if cell != a or rb is None:
+                continue
+            ca, cb = incumbent_curve(ra["trials"]), incumbent_curve(rb["trials"])
+            for f in FRACTIONS:
+                x = regret(best_within(ca, f * ra["budget"]), ref)
+                y = regret(best_within(cb, f * rb["budget"]), ref)
+                counts[fam][f][0 if x < y - 1e-12 else 2 if y < x - 1e-12 else 1] += 1
+    lines = [
+        "",
+        f"{a} against {b}, study by study (the same task and seed; lower regret wins)",
+        "",
+        f"| family | @ | {a} better | tie | {b} better | sign test p |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for fam, by_f in sorted(counts.items()):
+        for f, (wins, ties, losses) in by_f.items():
+            p = sign_test_p(wins, losses)
+            lines.append(f"| {fam} | {f:.0%} | {wins} | {ties} | {losses} | {p:.3g} |")
+    if not counts:
+        lines.append(f"(no study of {a} has a study of {b} on the same task and seed)")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("results", type=Path, nargs="+")
@@ -263,7 +325,15 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="each pause cell beside its stopping twin, the pause goals, and pause against twin",
     )
+    p.add_argument(
+        "--paired",
+        metavar="A,B",
+        help="also cell A against cell B study by study: wins, ties and the sign test",
+    )
     args = p.parse_args(argv)
+    pair = args.paired.split(",") if args.paired else []
+    if args.paired and len(pair) != 2:
+        p.error(f"--paired takes two cells, A,B; got {args.paired!r}")
     rows, seen = [], set()
     for path in args.results:
         for r in read_rows(path):
@@ -283,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
         have[(r["family"], r["task"], r["seed"])].add(r["cell"])
     rows = [r for r in rows if have[(r["family"], r["task"], r["seed"])] == cells_of[r["family"]]]
     print(render(rows, args.half, pause=args.pause))
+    if pair:
+        print(paired([r for r in rows if not args.half or r["half"] == args.half], *pair))
     return 0
 
 

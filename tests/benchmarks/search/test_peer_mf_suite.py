@@ -80,3 +80,32 @@ def test_the_budget_cuts_the_training_in_progress(
     evaluations, _ = simulate(Scripted(config, [1.11, 3.33, 10.0]), FAMILY, task, 1, log)
     assert log.all_rows()[-1] == [2, "RUNNING", 8, None]
     assert [e[2] for e in evaluations] == [1, 3]  # the cut training is never told
+
+
+def test_shards_split_the_studies_left_to_run_between_processes(tmp_path: Path) -> None:
+    """``--shard K/N``: N processes, each with its own results file, run every study once."""
+    import argparse
+
+    from peer_syne_suite import grid_parser, run_grid
+
+    ran: dict[int, list[tuple[str, str, int]]] = {0: [], 1: []}
+
+    def study_in(k: int) -> Any:
+        def study(cell: str, fam: str, task: str, seed: int, budget: int) -> dict[str, Any]:
+            ran[k].append((task, cell, seed))
+            return {"trials": [], "wall_s": 0.0}
+
+        return study
+
+    for k in (0, 1):
+        argv = ["--results", str(tmp_path / f"shard{k}.jsonl.gz"), "--families", "iaml_glmnet"]
+        argv += ["--seeds", "3", "--cells", "a,b", "--shard", f"{k}/2"]
+        args = grid_parser("peers", ["a", "b"], "a").parse_args(argv)
+        run_grid(args, study_in(k), "test", known=lambda cell: cell in ("a", "b"))
+    together = ran[0] + ran[1]
+    assert len(together) == len(set(together)) == 2 * 3 * 2  # 2 report tasks, 3 seeds, 2 cells
+    assert ran[0] and ran[1]
+    with pytest.raises(argparse.ArgumentTypeError, match="'2/2' is not K/N"):
+        from peer_syne_suite import shard
+
+        shard("2/2")

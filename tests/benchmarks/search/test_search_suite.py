@@ -177,6 +177,32 @@ def test_goals_compare_the_default_with_both_baselines() -> None:
     assert any("@100%" in m for m in missed) and any("@50%" in m for m in missed)
 
 
+def test_paired_counts_each_study_against_its_twin_on_the_same_task_and_seed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(suite_report, "reference", lambda fam, task, runs: (1.0, 0.0))
+
+    def row(cell: str, seed: int, value: float) -> dict[str, object]:
+        trials = [[0, "COMPLETE", 5, 0.1], [1, "COMPLETE", 5, value]]
+        return {
+            "family": "f",
+            "task": "t",
+            "cell": cell,
+            "seed": seed,
+            "budget": 10,
+            "trials": trials,
+        }
+
+    rows = [row("a", 0, 0.9), row("b", 0, 0.5), row("a", 1, 0.5), row("b", 1, 0.5)]
+    rows += [row("a", 2, 0.2), row("b", 2, 0.6), row("b", 3, 0.9)]  # seed 3: no twin
+    table = suite_report.paired(rows, "a", "b")
+    assert "| f | 50% | 0 | 3 | 0 | 1 |" in table  # the first trials are the same
+    assert "| f | 100% | 1 | 1 | 1 | 1 |" in table
+    assert suite_report.sign_test_p(10, 0) == pytest.approx(2 / 2**10)
+    assert suite_report.sign_test_p(0, 0) == 1.0
+    assert "no study of a" in suite_report.paired(rows, "a", "c")
+
+
 def test_results_resume_and_a_cut_line_is_skipped(tmp_path: Path) -> None:
     path = tmp_path / "grid.jsonl.gz"
     with gzip.open(path, "at") as fh:
