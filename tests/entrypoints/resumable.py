@@ -3,7 +3,8 @@
 ``train``: the built-in trainer (``dvt_hpo.train:run``), through a ctx that holds the first
 attempt after it saved the state of step ``$DVT_TEST_HOLD_AT``: it writes
 ``$DVT_TEST_HOLD_FILE`` and sleeps until it is stopped, so a test interrupts it at a known
-epoch (SIGTERM of the worker, or ``kill -9``) without racing the training.
+epoch (SIGTERM of the worker, or ``kill -9``) without racing the training
+(``$DVT_TEST_HOLD_TRIAL``: the trial that holds, when not trial 0).
 
 ``dvt``: the deepvisiontools backend through the same holding ctx.
 
@@ -31,6 +32,7 @@ from dvt_hpo import TrialPruned
 
 ENV_HOLD_AT = "DVT_TEST_HOLD_AT"
 ENV_HOLD_FILE = "DVT_TEST_HOLD_FILE"
+ENV_HOLD_TRIAL = "DVT_TEST_HOLD_TRIAL"
 
 
 def _hold(step: int | None, ctx: Any, config: dict[str, Any] | None = None) -> None:
@@ -38,9 +40,9 @@ def _hold(step: int | None, ctx: Any, config: dict[str, Any] | None = None) -> N
     at = hold.get("at", os.environ.get(ENV_HOLD_AT))
     if at is None or step != int(at):
         return
-    # Only trial ``hold.trial`` (default 0; the chain's first attempt) holds: a copy runs to
-    # its end.
-    if ctx.trial_number != int(hold.get("trial", 0)):
+    # Only trial ``hold.trial`` (or $DVT_TEST_HOLD_TRIAL; default 0, the chain's first
+    # attempt) holds: a copy runs to its end.
+    if ctx.trial_number != int(hold.get("trial", os.environ.get(ENV_HOLD_TRIAL, 0))):
         return
     Path(hold.get("file") or os.environ[ENV_HOLD_FILE]).write_text(f"{ctx.trial_number} {step}\n")
     while True:  # ended by SIGTERM (TrialStopped) or SIGKILL

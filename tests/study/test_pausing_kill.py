@@ -5,12 +5,15 @@ The study of tests/study/test_pausing.py (threshold pruner 0.6, the same enqueue
 (lr 3e-4) pauses after epoch 0 and continues as trial 6 once 6 trials reached epoch 0. Here the
 worker (``python -m dvt_hpo run``, its own process group) is killed with SIGKILL while trial 6
 runs, after it reported its first own epoch (step 1) and saved a state (``resume_every_s: 0``:
-after every epoch). The next ``dvt-hpo run`` fails the stale trial 6 (heartbeat 1 s, grace 3 s)
-and its retry copy (``retry_history`` [1, 6]) resumes from the saved state: its curve and value
-are bit for bit those of lr 3e-4 never paused and never killed, and no state outlives the study.
+after every epoch). Trial 6 holds there (tests/entrypoints/resumable.py: the built-in trainer
+whose ``save_state`` holds after step 1), so the kill never races its training. The next
+``dvt-hpo run`` fails the stale trial 6 (heartbeat 1 s, grace 3 s) and its retry copy
+(``retry_history`` [1, 6]) resumes from the saved state: its curve and value are bit for bit
+those of lr 3e-4 never paused and never killed, and no state outlives the study.
 
-More epochs than test_pausing.py (EPOCHS) so that trial 6 is still running when it is killed:
-the threshold logic holds, lr 3e-4 stays above 0.6 after epoch 1, the tiny lrs near 0.02.
+More epochs than test_pausing.py (EPOCHS) so that the copy has epochs of its own to train after
+the resumed state: the threshold logic holds, lr 3e-4 stays above 0.6 after epoch 1, the tiny
+lrs near 0.02.
 """
 
 from __future__ import annotations
@@ -42,20 +45,21 @@ CONTINUATION = len(LRS)  # trial 6 continues paused trial 1
 
 def study_doc(name: str, *, pause: bool) -> dict[str, Any]:
     """test_pausing.py's study, longer, saving every epoch, and failing a dead worker's trial
-    within seconds."""
+    within seconds; paused, through the trainer that can hold (the same training)."""
     return pausing.study_doc(
         name,
         pause=pause,
         epochs=EPOCHS,
         study={"heartbeat_interval_s": 1, "grace_period_s": 3},
         trials={"resume_every_s": 0} if pause else {},
+        trainer={"entrypoint": "tests.entrypoints.resumable:train"} if pause else {},
     )
 
 
-def env() -> dict[str, str]:
+def env(**hold: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DVT_TEST_HOLD")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    return env
+    return env | hold
 
 
 def write(tmp: Path, name: str, *, pause: bool) -> Path:
@@ -85,8 +89,8 @@ def running_after_own_epoch(tmp: Path, name: str) -> bool:
     if trial.state != optuna.trial.TrialState.RUNNING:
         if trial.state.is_finished():
             pytest.fail(
-                f"trial {CONTINUATION} finished ({trial.state.name}) before the kill: "
-                f"raise EPOCHS (steps seen: {sorted(trial.intermediate_values)})"
+                f"trial {CONTINUATION} finished ({trial.state.name}) before the kill: it did "
+                f"not hold (steps seen: {sorted(trial.intermediate_values)})"
             )
         return False
     return 1 in trial.intermediate_values
@@ -105,10 +109,15 @@ def test_kill_9_during_a_continuation_hands_it_on_as_resume_does(tmp_path: Path)
     name = "paused"
     tmp = tmp_path / name
     path = write(tmp, name, pause=True)
+    held = tmp / "held.txt"
     proc = subprocess.Popen(
         [sys.executable, "-m", "dvt_hpo", "run", str(path)],
         cwd=tmp,
-        env=env(),
+        env=env(
+            DVT_TEST_HOLD_AT="1",
+            DVT_TEST_HOLD_TRIAL=str(CONTINUATION),
+            DVT_TEST_HOLD_FILE=str(held),
+        ),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -116,12 +125,14 @@ def test_kill_9_during_a_continuation_hands_it_on_as_resume_does(tmp_path: Path)
     )
     try:
         end = time.monotonic() + 400
-        while not running_after_own_epoch(tmp, name):
+        # Trial 6 holds after saving step 1 (it reported step 1 before): then the worker writes
+        # step 1 to the DB. Files and the DB are all a test process can watch.
+        while not (held.exists() and running_after_own_epoch(tmp, name)):
             if proc.poll() is not None:
                 out, _ = proc.communicate()
                 pytest.fail(f"the worker exited {proc.returncode} before the kill:\n{out}")
             if time.monotonic() > end:
-                pytest.fail(f"timed out waiting for trial {CONTINUATION} to report step 1")
+                pytest.fail(f"timed out waiting for trial {CONTINUATION} to hold after step 1")
             time.sleep(0.1)
         os.killpg(proc.pid, signal.SIGKILL)
         first_out, _ = proc.communicate(timeout=60)
@@ -135,7 +146,7 @@ def test_kill_9_during_a_continuation_hands_it_on_as_resume_does(tmp_path: Path)
     assert killed.state.name == "RUNNING"  # nobody marked it: the worker died
     assert retries.retry_history(killed) == [1]
     killed_steps = sorted(killed.intermediate_values)
-    assert killed_steps[:2] == [0, 1] and killed_steps[-1] < EPOCHS - 1
+    assert killed_steps == [0, 1]  # held after its first own epoch
 
     # Let the heartbeat go stale, then run the study to its end.
     time.sleep(4)
