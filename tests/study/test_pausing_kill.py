@@ -32,12 +32,12 @@ import yaml
 
 from dvt_hpo.recovery import retries
 from tests.conftest import run_dvt_hpo
+from tests.recovery.test_resume import env_with
 from tests.study import test_pausing as pausing
 
 # Three studies of real training one after another: more than the suite's 300 s on a loaded machine.
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(900)]
 
-ROOT = Path(__file__).resolve().parents[2]
 LRS = pausing.LRS
 EPOCHS = 8
 CONTINUATION = len(LRS)  # trial 6 continues paused trial 1
@@ -54,12 +54,6 @@ def study_doc(name: str, *, pause: bool) -> dict[str, Any]:
         trials={"resume_every_s": 0} if pause else {},
         trainer={"entrypoint": "tests.entrypoints.resumable:train"} if pause else {},
     )
-
-
-def env(**hold: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DVT_TEST_HOLD")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    return env | hold
 
 
 def write(tmp: Path, name: str, *, pause: bool) -> Path:
@@ -100,7 +94,11 @@ def test_kill_9_during_a_continuation_hands_it_on_as_resume_does(tmp_path: Path)
     # The same lr, never paused and never killed.
     ref_dir = tmp_path / "never-paused"
     done = run_dvt_hpo(
-        "run", write(ref_dir, "never-paused", pause=False), cwd=ref_dir, env=env(), timeout_s=400
+        "run",
+        write(ref_dir, "never-paused", pause=False),
+        cwd=ref_dir,
+        env=env_with(),
+        timeout_s=400,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     (never,) = load(ref_dir, "never-paused").trials
@@ -113,7 +111,7 @@ def test_kill_9_during_a_continuation_hands_it_on_as_resume_does(tmp_path: Path)
     proc = subprocess.Popen(
         [sys.executable, "-m", "dvt_hpo", "run", str(path)],
         cwd=tmp,
-        env=env(
+        env=env_with(
             DVT_TEST_HOLD_AT="1",
             DVT_TEST_HOLD_TRIAL=str(CONTINUATION),
             DVT_TEST_HOLD_FILE=str(held),
@@ -150,7 +148,7 @@ def test_kill_9_during_a_continuation_hands_it_on_as_resume_does(tmp_path: Path)
 
     # Let the heartbeat go stale, then run the study to its end.
     time.sleep(4)
-    done = run_dvt_hpo("run", path, cwd=tmp, env=env(), timeout_s=400)
+    done = run_dvt_hpo("run", path, cwd=tmp, env=env_with(), timeout_s=400)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
     trials = load(tmp, name).trials
