@@ -22,7 +22,8 @@ trials are counted. Then
 
 ``--in-process`` times the samplers' asks alone, without a database or an orchestrator, on an
 in-memory study of the same trials (the sampler's CPU; one BLAS thread for numpy with
-``OPENBLAS_NUM_THREADS=1``, as the default sampler sets for itself).
+``OPENBLAS_NUM_THREADS=1``, as the default sampler sets for itself), and beside ``mf_gp`` one
+decision of the ``gp_chance`` pruner, which asks its model at every report.
 
 ``default`` is what a study file that names no sampler resolves to; a kind named twice (the
 default is ``mf_gp``) runs once. The rows of one stored size run on the same study, one after
@@ -291,10 +292,37 @@ def in_process(stored: int, kinds: dict[str, str]) -> None:
                 trial._suggest(name, dist)
             times.append(time.process_time() - began)
             study.tell(trial, state=TrialState.FAIL)  # leaves the modelled trials as they are
+        decision = (
+            f"{_decision_s(study):.3f} s"
+            if sampler.__class__.__name__ == "MultiFidelityGPSampler"
+            else "-"
+        )
         print(
-            f"| {stored} | {label} | {times[0]:.2f} s | {statistics.median(times[1:]):.3f} s |",
+            f"| {stored} | {label} | {times[0]:.2f} s | {statistics.median(times[1:]):.3f} s "
+            f"| {decision} |",
             flush=True,
         )
+
+
+def _decision_s(study: optuna.Study) -> float:
+    """The median CPU of 5 ``gp_chance`` decisions (the GP's stopping rule, which asks the
+    sampler's model at every report) on a trial running with 5 reports."""
+    from dvt_hpo.sampling.gp_chance import GPChancePruner
+
+    pruner = GPChancePruner()
+    trial = study.ask()
+    for name, dist in DISTS.items():
+        trial._suggest(name, dist)
+    for step in range(5):
+        trial.report(0.1 * step, step)
+    frozen = study._storage.get_trial(trial._trial_id)
+    times = []
+    for _ in range(5):
+        began = time.process_time()
+        pruner.prune(study, frozen)
+        times.append(time.process_time() - began)
+    study.tell(trial, state=TrialState.FAIL)
+    return statistics.median(times)
 
 
 def resolved(kind: str) -> str | None:
@@ -338,8 +366,11 @@ def main() -> None:
     if not args.in_process and not args.postgres:
         parser.error("--postgres is required (or --in-process)")
     if args.in_process:
-        print("| stored trials | sampler | first ask (CPU) | later asks: median (CPU) |")
-        print("| --- | --- | --- | --- |")
+        print(
+            "| stored trials | sampler | first ask (CPU) | later asks: median (CPU) "
+            "| a `gp_chance` decision: median (CPU) |"
+        )
+        print("| --- | --- | --- | --- | --- |")
         for n in args.stored.split(","):
             in_process(int(n), kinds)
         return

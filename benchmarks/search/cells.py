@@ -30,6 +30,13 @@ SAMPLERS: dict[str, dict[str, Any]] = {
 }
 PRUNERS: dict[str, dict[str, Any]] = {
     "none": {"kind": "none"},
+    # The GP's own chance that a trial ends best (round 12), stopped under 1, 5 or 10 %, deciding
+    # from the 3rd, 5th, 6th or 10th finished trial (10: after the GP's random start).
+    **{
+        f"chance{pct:02d}-m{m}": {"kind": "gp_chance", "min_chance": pct / 100, "min_trials": m}
+        for pct in (1, 5, 10)
+        for m in (3, 5, 6, 10)
+    },
     "median": {"kind": "median"},
     "wilcoxon": {"kind": "wilcoxon"},
     "wilcoxon-halving": {"kind": "wilcoxon_halving"},

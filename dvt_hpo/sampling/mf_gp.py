@@ -101,6 +101,8 @@ class MultiFidelityGPSampler(optuna.samplers.BaseSampler):
         self._theta: np.ndarray | None = None  # log hyperparameters of the last fit
         self._fitted_at = -1  # observed trials when the hyperparameters were last fitted
         self._curves = CurveCache()
+        # The pruner's hyperparameters before the first ask fits (gp_chance).
+        self._startup_fit: tuple[tuple[int, int], np.ndarray] | None = None
 
     def reseed_rng(self) -> None:
         self._rng = np.random.default_rng()
@@ -186,6 +188,61 @@ class MultiFidelityGPSampler(optuna.samplers.BaseSampler):
         mu, sd = model.predict(_at_last_epoch(candidates))
         ei = _expected_improvement(mu, sd, float(rated.max()))
         return codec.decode(candidates[int(np.argmax(ei))])
+
+    def chance_to_lead(
+        self, study: Study, trial: FrozenTrial, *, min_finished: int
+    ) -> float | None:
+        """The model's chance that ``trial`` (running, with reports) ends above the best final
+        value it predicts for a finished config; None under ``min_finished`` finished trials or
+        for a config outside the model's space. After the random start the hyperparameters are
+        the last ask's; before it, the decision fits its own once per finished trial (never the
+        sampler's), so it depends only on what the study holds."""
+        finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+        if len(finished) < min_finished:
+            return None
+        space = self.infer_relative_search_space(study, trial)
+        codec = Codec(space, {n: r for n, r in self._rules.items() if n in space})
+        config = codec.encode(trial.params)
+        if config is None:
+            return None
+        sign = 1.0 if study.direction == StudyDirection.MAXIMIZE else -1.0
+        data = self._curves.points(
+            study.study_name,
+            [*finished, trial],
+            codec,
+            sign,
+            max_points=_MAX_POINTS,
+            max_fit_points=_MAX_FIT_POINTS,
+        )
+        if data is None or trial.last_step is None or trial.last_step >= data.last_step:
+            return None  # at the last epoch any trial reached, stopping saves nothing
+        from scipy.special import ndtr
+
+        with single_thread_blas():
+            mean, scale = float(data.y.mean()), float(data.y.std()) or 1.0
+            theta = self._theta
+            if theta is None or len(theta) != data.x.shape[1] + 2:
+                theta = self._startup_theta(data, len(finished), mean, scale)
+            model = _GP(data.x, (data.y - mean) / scale, theta)
+            done = np.unique(data.x[:, :-1], axis=0)
+            done = done[np.any(done != config, axis=1)]  # the others, not the trial itself
+            if not len(done):
+                return None
+            best = float(model.mean(_at_last_epoch(done)).max())
+            mu, sd = model.predict(_at_last_epoch(config[None, :]))
+            # The chance for the value it will report, so with the noise the model sees.
+            spread = math.sqrt(float(sd[0]) ** 2 + math.exp(theta[-1]))
+            return float(ndtr((float(mu[0]) - best) / spread))
+
+    def _startup_theta(self, data: Points, finished: int, mean: float, scale: float) -> np.ndarray:
+        """Hyperparameters for a decision before the sampler's first fit, refitted once each
+        time another trial has finished."""
+        key = (finished, data.x.shape[1])
+        if self._startup_fit is None or self._startup_fit[0] != key:
+            fitted = _fit(data.fit_x, (data.fit_y - mean) / scale, None)
+            theta = fitted if fitted is not None else _start_theta(data.x.shape[1])
+            self._startup_fit = (key, np.round(theta, _THETA_DECIMALS))
+        return self._startup_fit[1]
 
     def sample_independent(
         self,

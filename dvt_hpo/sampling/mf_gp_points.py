@@ -40,14 +40,17 @@ _Curve = tuple[tuple[int, float], ...]
 @dataclass(frozen=True)
 class Points:
     """Model inputs (the config in the unit cube, then log epoch over log of the last epoch),
-    values signed so that higher is better, the rows the hyperparameters are fitted on, and
-    the configs of trials running without a report yet."""
+    values signed so that higher is better, the rows the hyperparameters are fitted on, the
+    configs of trials running without a report yet, and the steps of the first and the last
+    epoch any trial reported."""
 
     x: np.ndarray
     y: np.ndarray
     fit_x: np.ndarray
     fit_y: np.ndarray
     pending: np.ndarray
+    first_step: int
+    last_step: int
 
 
 class CurveCache:
@@ -107,7 +110,8 @@ class CurveCache:
             if len(y) <= max_fit_points
             else _rows(configs, curves, _keep(curves, max_fit_points), log_top)
         )
-        return Points(x, y, fit_x, fit_y, np.array(pending).reshape(-1, codec.width))
+        pending_x = np.array(pending).reshape(-1, codec.width)
+        return Points(x, y, fit_x, fit_y, pending_x, first, first + top - 1)
 
     def _step_range(self, study_name: str, t: FrozenTrial) -> tuple[int, int] | None:
         """The first and last step ``t`` reported (None without a report)."""

@@ -127,6 +127,14 @@ def read_study(
             "study has one (objective.metric); list several under objective.metrics, or use "
             f"a pruner for one objective: {', '.join(_single_objective_pruners())}",
         )
+    needs = kinds.PRUNERS[pruner_kind].needs_sampler
+    if needs is not None and sampler_kind != needs:
+        raise r.err(
+            _kind_key(sec, key, "pruner"),
+            f"pruner kind {pruner_kind!r} asks the sampler's GP for a trial's chance, so it "
+            f"needs sampler kind {needs!r}, got sampler {sampler_kind!r}; set study.sampler to "
+            f"{needs} or use another pruner",
+        )
     return StudySection(
         name=name,
         storage=storage,

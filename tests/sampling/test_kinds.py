@@ -94,6 +94,7 @@ def test_the_derived_arguments_are_the_rows() -> None:
         "hyperband": ("max_resource",),
         "wilcoxon": ("max_resource",),
         "wilcoxon_halving": ("max_resource",),
+        "gp_chance": ("max_resource",),
         "mo_asha": ("min_resource", "max_resource"),
     }
 
