@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 import optuna
 
+from dvt_hpo.sampling.mf_gp import MultiFidelityGPSampler
+
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
 
@@ -54,8 +56,6 @@ class GPChancePruner(optuna.pruners.BasePruner):
         self._max_resource = max_resource
 
     def prune(self, study: optuna.study.Study, trial: FrozenTrial) -> bool:
-        from dvt_hpo.sampling.mf_gp import MultiFidelityGPSampler
-
         last = trial.last_step
         if last is None:
             return False
