@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import optuna
 
 from dvt_hpo.sampling.mf_gp import MultiFidelityGPSampler
+from dvt_hpo.sampling.wilcoxon import check_max_resource
 
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
@@ -45,10 +46,7 @@ class GPChancePruner(optuna.pruners.BasePruner):
             or not (0.0 < min_chance < 1.0)
         ):
             raise ValueError(f"min_chance must be a number between 0 and 1, got {min_chance!r}")
-        if max_resource is not None and (
-            isinstance(max_resource, bool) or not isinstance(max_resource, int) or max_resource < 1
-        ):
-            raise ValueError(f"max_resource must be an integer >= 1 or None, got {max_resource!r}")
+        check_max_resource(max_resource)
         if isinstance(min_trials, bool) or not isinstance(min_trials, int) or min_trials < 2:
             raise ValueError(f"min_trials must be an integer >= 2, got {min_trials!r}")
         self._min_chance = float(min_chance)

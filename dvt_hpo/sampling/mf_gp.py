@@ -114,11 +114,13 @@ class MultiFidelityGPSampler(optuna.samplers.BaseSampler):
     ) -> dict[str, BaseDistribution]:
         if len(study.directions) != 1:
             raise ValueError("the multi-fidelity GP sampler takes one objective")
-        # One pass over the finished trials gives both the shared space and the conditions.
-        self._conditions.read(
-            study.study_name,
-            study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)),
-        )
+        finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+        return self._space(study.study_name, finished)
+
+    def _space(self, study_name: str, finished: list[FrozenTrial]) -> dict[str, BaseDistribution]:
+        """The modelled space of ``finished``: one pass over them gives both the shared space and
+        the conditions."""
+        self._conditions.read(study_name, finished)
         space = self._conditions.shared()
         self._rules = self._conditions.rules() if self._model_conditional else {}
         space.update(self._conditions.distributions(self._rules))
@@ -200,7 +202,7 @@ class MultiFidelityGPSampler(optuna.samplers.BaseSampler):
         finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
         if len(finished) < min_finished:
             return None
-        space = self.infer_relative_search_space(study, trial)
+        space = self._space(study.study_name, finished)
         codec = Codec(space, {n: r for n, r in self._rules.items() if n in space})
         config = codec.encode(trial.params)
         if config is None:

@@ -27,7 +27,7 @@ from optuna.study import StudyDirection
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
 
-__all__ = ["EXACT_MAX_N", "WilcoxonPruner", "signed_rank_pvalue"]
+__all__ = ["EXACT_MAX_N", "WilcoxonPruner", "check_max_resource", "signed_rank_pvalue"]
 
 # scipy's method="auto" runs the exact permutation test up to this many differences when some
 # are tied or zero (2**13 patterns is under its default 9999 resamples), the asymptotic one above.
@@ -63,6 +63,15 @@ def signed_rank_pvalue(diffs: np.ndarray, alternative: Literal["less", "greater"
     return count / 2**n
 
 
+def check_max_resource(max_resource: int | None) -> None:
+    """A pruner's ``max_resource`` (the first step it no longer decides at): an integer >= 1,
+    or None for no limit."""
+    if max_resource is not None and (
+        isinstance(max_resource, bool) or not isinstance(max_resource, int) or max_resource < 1
+    ):
+        raise ValueError(f"max_resource must be an integer >= 1 or None, got {max_resource!r}")
+
+
 class WilcoxonPruner(optuna.pruners.WilcoxonPruner):
     """``optuna.pruners.WilcoxonPruner`` with :func:`signed_rank_pvalue` for scipy's test.
 
@@ -78,10 +87,7 @@ class WilcoxonPruner(optuna.pruners.WilcoxonPruner):
         n_startup_steps: int = 2,
         max_resource: int | None = None,
     ) -> None:
-        if max_resource is not None and (
-            isinstance(max_resource, bool) or not isinstance(max_resource, int) or max_resource < 1
-        ):
-            raise ValueError(f"max_resource must be an integer >= 1 or None, got {max_resource!r}")
+        check_max_resource(max_resource)
         super().__init__(p_threshold=p_threshold, n_startup_steps=n_startup_steps)
         self._max_resource = max_resource
 
