@@ -1,13 +1,16 @@
 """Record the built-in trainer's learning curves on digits (the ``builtin_digits`` family).
 
     nice -n 19 python benchmarks/search/record_digits.py --minutes 60
+    nice -n 19 python benchmarks/search/record_digits.py --holdout --configs 1000
 
 Trains random configs of :data:`builtin_digits.SPACE` (drawn by dvt-hpo's own sampling of the
 space, ``when:`` included, from a seed per task and config number) with ``dvt_hpo.train`` in this
 process on one thread, config 0 of every task, then config 1, and so on, and appends each curve
-(macro-F1 after each of the 10 epochs) to ``data/builtin_digits/curves.jsonl.gz``. It resumes
-where the table stops, so a rerun extends it: the same configs in the same order. Timing on one
-loaded core: an MLP training 0.3-1 s, a CNN one 1-7 s.
+(macro-F1 after each of the 10 epochs) to ``data/builtin_digits/curves.jsonl.gz``; with
+``--holdout``, the held-out tasks (``builtin_digits.HOLDOUT_TASKS``) to ``holdout.jsonl.gz``. It
+resumes where the table stops, so a rerun extends it: the same configs in the same order. Each
+line records its training's seconds (``train_s``). Timing on one loaded core: an MLP training
+0.3-1 s, a CNN one 1-7 s.
 """
 
 from __future__ import annotations
@@ -27,7 +30,15 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(1, str(HERE.parent.parent))
 
-from builtin_digits import SPACE, TABLE, TASKS, read_table, trainer_config  # noqa: E402
+from builtin_digits import (  # noqa: E402
+    HOLDOUT_TABLE,
+    HOLDOUT_TASKS,
+    SPACE,
+    TABLE,
+    TASKS,
+    read_table,
+    trainer_config,
+)
 
 
 def draw(task: str, index: int) -> dict[str, Any]:
@@ -70,19 +81,22 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--minutes", type=float, default=60.0, help="stop starting configs after this")
     p.add_argument("--configs", type=int, default=5000, help="configs per task at most")
-    p.add_argument("--table", type=Path, default=TABLE)
+    p.add_argument("--holdout", action="store_true", help="the held-out tasks, their own table")
+    p.add_argument("--table", type=Path, help="the table instead (default: the tasks' own)")
     args = p.parse_args(argv)
+    tasks = HOLDOUT_TASKS if args.holdout else TASKS
+    args.table = args.table or (HOLDOUT_TABLE if args.holdout else TABLE)
     import optuna
     import torch
 
     torch.set_num_threads(1)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    done = {t: len(rows) for t, rows in read_table(args.table).items()}
+    done = {t: len(rows) for t, rows in read_table(args.table, tasks).items()}
     args.table.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     index = min(done.values())
     while index < args.configs and time.monotonic() - start < args.minutes * 60:
-        for task in TASKS:
+        for task in tasks:
             if done[task] > index:
                 continue
             params = draw(task, index)

@@ -33,14 +33,43 @@ def _family(name: str):  # type: ignore[no-untyped-def]
 
 def test_the_committed_split_is_the_seeded_one_and_halves_are_disjoint() -> None:
     committed = split_mod.read_split()
-    assert set(committed) == set(FAMILIES)
+    assert set(committed) == set(FAMILIES) | set(split_mod.HELD_OUT)
     tasks = {name: _family(name).tasks for name in FAMILIES}
-    assert committed == split_mod.make_split(tasks)
+    assert {n: committed[n] for n in FAMILIES} == split_mod.make_split(tasks)
     for name, halves in committed.items():
         sel, rep = set(halves["selection"]), set(halves["report"])
         assert not sel & rep
-        assert sel | rep == set(tasks[name])
-        assert len(sel) >= 2 and len(rep) >= 2
+        if name in FAMILIES:
+            assert sel | rep == set(tasks[name])
+            assert len(sel) >= 2 and len(rep) >= 2
+
+
+def test_a_held_out_family_is_all_report_and_none_of_its_tasks_is_elsewhere() -> None:
+    committed = split_mod.read_split()
+    seen = {t for name in FAMILIES for half in committed[name].values() for t in half}
+    for name, stream in split_mod.HELD_OUT.items():
+        f = family(name)  # the task list needs no table
+        assert committed[name] == split_mod.held_out(f.tasks, stream)
+        assert committed[name]["selection"] == []
+        assert sorted(committed[name]["report"]) == sorted(f.tasks)
+        assert not seen & set(f.tasks)
+
+
+def test_the_held_out_tasks_read_their_own_table_and_record_into_it(tmp_path: Path) -> None:
+    import record_digits
+    from builtin_digits import HOLDOUT_TASKS, TASKS
+
+    table = tmp_path / "holdout.jsonl.gz"
+    assert record_digits.main(["--holdout", "--configs", "1", "--table", str(table)]) == 0
+    with gzip.open(table, "rt") as fh:
+        rows = [json.loads(line) for line in fh]
+    assert [r["task"] for r in rows] == list(HOLDOUT_TASKS)
+    assert not set(HOLDOUT_TASKS) & set(TASKS)
+    f = BuiltinDigits(table, holdout=True)
+    assert f.name == "builtin_digits_holdout" and f.tasks == tuple(HOLDOUT_TASKS)
+    for r in rows:
+        assert len(r["curve"]) == f.steps
+        assert f.curve(r["task"], r["params"]).tolist() == r["curve"]
 
 
 @pytest.mark.parametrize("name", list(FAMILIES))
