@@ -37,6 +37,17 @@ PRUNERS: dict[str, dict[str, Any]] = {
         for pct in (1, 5, 10)
         for m in (3, 5, 6, 10)
     },
+    # Round 13: round 12's pick deciding from a trial's R-th report only (its first reports say
+    # least of where a curve ends).
+    **{
+        f"chance01-m6-r{r}": {
+            "kind": "gp_chance",
+            "min_chance": 0.01,
+            "min_trials": 6,
+            "min_reports": r,
+        }
+        for r in (3, 4, 6)
+    },
     "median": {"kind": "median"},
     "wilcoxon": {"kind": "wilcoxon"},
     "wilcoxon-halving": {"kind": "wilcoxon_halving"},

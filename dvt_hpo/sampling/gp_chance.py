@@ -25,9 +25,10 @@ __all__ = ["GPChancePruner"]
 
 class GPChancePruner(optuna.pruners.BasePruner):
     """Stops a trial whose chance of ending above the best finished config (the GP's) is under
-    ``min_chance``, from ``min_trials`` finished trials on. ``max_resource``: the first step at
-    which it no longer decides (the loader sets it to the trainer's epochs - 1, as for the
-    Wilcoxon test).
+    ``min_chance``, from ``min_trials`` finished trials on, and from a trial's ``min_reports``-th
+    report on (counted, not read off the step, which trainers number from 0 or from 1).
+    ``max_resource``: the first step at which it no longer decides (the loader sets it to the
+    trainer's epochs - 1, as for the Wilcoxon test).
 
     Its defaults were chosen on the search suite's selection half (round 12: 1, 5 and 10 %,
     from the 3rd, 5th, 6th and 10th finished trial). From the 6th it also stops the GP's random
@@ -38,7 +39,12 @@ class GPChancePruner(optuna.pruners.BasePruner):
     """
 
     def __init__(
-        self, *, min_chance: float = 0.01, min_trials: int = 6, max_resource: int | None = None
+        self,
+        *,
+        min_chance: float = 0.01,
+        min_trials: int = 6,
+        min_reports: int = 1,
+        max_resource: int | None = None,
     ) -> None:
         if (
             isinstance(min_chance, bool)
@@ -49,13 +55,16 @@ class GPChancePruner(optuna.pruners.BasePruner):
         check_max_resource(max_resource)
         if isinstance(min_trials, bool) or not isinstance(min_trials, int) or min_trials < 2:
             raise ValueError(f"min_trials must be an integer >= 2, got {min_trials!r}")
+        if isinstance(min_reports, bool) or not isinstance(min_reports, int) or min_reports < 1:
+            raise ValueError(f"min_reports must be an integer >= 1, got {min_reports!r}")
         self._min_chance = float(min_chance)
         self._min_trials = min_trials
+        self._min_reports = min_reports
         self._max_resource = max_resource
 
     def prune(self, study: optuna.study.Study, trial: FrozenTrial) -> bool:
         last = trial.last_step
-        if last is None:
+        if last is None or len(trial.intermediate_values) < self._min_reports:
             return False
         if self._max_resource is not None and last >= self._max_resource:
             return False

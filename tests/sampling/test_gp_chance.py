@@ -75,6 +75,14 @@ def test_it_decides_only_from_min_trials_finished_trials() -> None:
     assert any(_decisions(_study(5), pruner, 0.02, 5))
 
 
+def test_it_decides_only_from_a_trials_min_reports_th_report() -> None:
+    study = _study(12)
+    at_once = _decisions(study, GPChancePruner(), 0.05, 6)
+    assert at_once[0]  # far below the best from its first report
+    late = _decisions(study, GPChancePruner(min_reports=4), 0.05, 6)
+    assert late[:3] == [False, False, False] and late[3:] == at_once[3:]
+
+
 def test_it_keeps_a_trial_at_its_max_resource() -> None:
     pruner = GPChancePruner(min_chance=0.05, max_resource=3)
     assert _decisions(_study(12), pruner, 0.02, 5)[2:] == [False, False, False]
@@ -117,6 +125,8 @@ def test_a_decision_during_the_random_start_leaves_the_sampler_as_it_was() -> No
         ({"min_chance": 1}, "min_chance must be a number between 0 and 1, got 1"),
         ({"min_chance": True}, "min_chance must be a number between 0 and 1, got True"),
         ({"min_trials": 1}, "min_trials must be an integer >= 2, got 1"),
+        ({"min_reports": 0}, "min_reports must be an integer >= 1, got 0"),
+        ({"min_reports": 1.5}, "min_reports must be an integer >= 1, got 1.5"),
         ({"max_resource": 0}, "max_resource must be an integer >= 1 or None, got 0"),
     ],
 )
