@@ -246,6 +246,35 @@ def render(rows: list[dict[str, Any]], half: str | None = None, pause: bool = Fa
     return "\n".join(lines)
 
 
+def by_task(rows: list[dict[str, Any]]) -> str:
+    """Each task's regret at 50 and 100 % per cell (the mean over its seeds), per family: what
+    a median over tasks hides."""
+    lines = []
+    for fam in sorted({r["family"] for r in rows}):
+        mine = [r for r in rows if r["family"] == fam]
+        cells = sorted({r["cell"] for r in mine})
+        lines += [
+            "",
+            f"{fam}, each task at 50 / 100 %",
+            "",
+            "| task | " + " | ".join(cells) + " |",
+            "| --- |" + " --- |" * len(cells),
+        ]
+        for task in sorted({r["task"] for r in mine}):
+            stats = summarize([r for r in mine if r["task"] == task])[fam]
+            lines.append(
+                f"| {task} | "
+                + " | ".join(
+                    f"{_fmt(stats[c]['r0.5'])} / {_fmt(stats[c]['r1.0'])}"
+                    if c in stats
+                    else "not run"
+                    for c in cells
+                )
+                + " |"
+            )
+    return "\n".join(lines)
+
+
 def _pause_vs_twin(table: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
     """Each pause cell against its stopping twin, per family (regret: pause / twin)."""
     lines = [
@@ -325,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="each pause cell beside its stopping twin, the pause goals, and pause against twin",
     )
+    p.add_argument("--by-task", action="store_true", help="also each task's row, per family")
     p.add_argument(
         "--paired",
         metavar="A,B",
@@ -353,6 +383,8 @@ def main(argv: list[str] | None = None) -> int:
         have[(r["family"], r["task"], r["seed"])].add(r["cell"])
     rows = [r for r in rows if have[(r["family"], r["task"], r["seed"])] == cells_of[r["family"]]]
     print(render(rows, args.half, pause=args.pause))
+    if args.by_task:
+        print(by_task([r for r in rows if not args.half or r["half"] == args.half]))
     if pair:
         print(paired([r for r in rows if not args.half or r["half"] == args.half], *pair))
     return 0

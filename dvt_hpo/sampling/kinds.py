@@ -229,7 +229,10 @@ SHORT_CURVE_EPOCHS = 20
 # stopping rule (gp_chance, round 12) met more goals on the selection half, but on the report
 # half it ended behind TPE without pruning on the built-in trainer's 1,000-config table, the
 # family closest to a user's training, where the GP without pruning tied it: it stays a kind a
-# study file names, not the default (docs/performance/search-efficiency.md). Its 10
+# study file names, not the default (docs/performance/search-efficiency.md); deciding from a
+# trial's 3rd report (min_reports, round 13) removed that loss but missed, by the margin the GP
+# without pruning misses it too, a rule written in advance (no worse than TPE's median there).
+# Its 10
 # random trials stay (round 9): one more than the modelled parameters helped the trainsize
 # surrogates but ended behind TPE on the built-in trainer's 1,000-config table, where 10 tied
 # it. A conditional parameter one categorical decides is in the GP's model (round 10): on the

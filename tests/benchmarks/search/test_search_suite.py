@@ -206,6 +206,21 @@ def test_goals_compare_the_default_with_both_baselines() -> None:
     assert any("@100%" in m for m in missed) and any("@50%" in m for m in missed)
 
 
+def test_by_task_gives_each_tasks_mean_over_its_seeds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(suite_report, "reference", lambda fam, task, runs: (1.0, 0.0))
+    done = [0, "COMPLETE", 100]  # a full training: the whole budget at once
+    rows = [
+        _row("a", [[*done, 0.8]], task="t1", seed=0),
+        _row("a", [[*done, 0.6]], task="t1", seed=1),
+        _row("a", [[*done, 0.5]], task="t2"),
+        _row("b", [[*done, 0.9]], task="t2"),
+    ]
+    table = suite_report.by_task(rows)
+    # Regret 1 - value; at 50 % of the budget no trial has completed ("-").
+    assert "| t1 | - / 0.300 | not run |" in table
+    assert "| t2 | - / 0.500 | - / 0.100 |" in table
+
+
 def test_paired_counts_each_study_against_its_twin_on_the_same_task_and_seed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
