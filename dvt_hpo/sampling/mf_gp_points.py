@@ -13,6 +13,7 @@ The choice depends only on the trials' numbers and values, never on timing or on
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -160,17 +161,21 @@ def _keep(curves: Sequence[_Curve], budget: int) -> list[int]:
                 keep[i] = min(counts[i], until - used)
                 used += keep[i]
 
-    best = sorted(range(len(curves)), key=lambda i: (-curves[i][-1][1], i))
-    take(best, budget // 4)
+    # Highest last value first, ties by study order (a stable sort of the negated values).
+    last = np.array([c[-1][1] for c in curves])
+    take(np.argsort(-last, kind="stable").tolist(), budget // 4)
     take(range(len(curves) - 1, -1, -1), budget // 2)
-    rest = [i for i in range(len(curves)) if keep[i] == 0]
-    take([rest[j] for j in _spread(len(rest))], budget)
+    rest = np.flatnonzero(np.array(keep) == 0)
+    take(rest[list(_spread(len(rest)))].tolist(), budget)
     return keep
 
 
-def _spread(n: int) -> list[int]:
+@functools.cache
+def _spread(n: int) -> tuple[int, ...]:
     """0..n-1 in van der Corput order (bit-reversed fractions of the range): any prefix of it is
     spread evenly over the range."""
+    if n == 0:
+        return ()
     bits = max(1, (n - 1).bit_length())
     k = np.arange(1 << bits)
     reversed_ = np.zeros_like(k)
@@ -178,20 +183,26 @@ def _spread(n: int) -> list[int]:
         reversed_ |= ((k >> b) & 1) << (bits - 1 - b)
     positions = (reversed_ * n) >> bits  # floor(fraction * n): every position at least once
     _, first = np.unique(positions, return_index=True)
-    return [int(positions[i]) for i in np.sort(first)]
+    return tuple(int(positions[i]) for i in np.sort(first))
 
 
 def _rows(
     configs: Sequence[np.ndarray], curves: Sequence[_Curve], keep: Sequence[int], log_top: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """The kept points as model inputs and values, in study order."""
-    xs, ys = [], []
-    for config, curve, k in zip(configs, curves, keep, strict=True):
+    which: list[int] = []
+    epochs: list[float] = []
+    ys: list[float] = []
+    for i, (curve, k) in enumerate(zip(curves, keep, strict=True)):
         for epoch, value in curve[len(curve) - k :] if k else ():
-            xs.append(np.append(config, math.log(epoch) / log_top if log_top else 1.0))
+            which.append(i)
+            epochs.append(math.log(epoch) / log_top if log_top else 1.0)
             ys.append(value)
     width = len(configs[0]) + 1 if configs else 1
-    return np.array(xs).reshape(-1, width), np.array(ys)
+    if not which:
+        return np.empty((0, width)), np.array(ys)
+    x = np.column_stack([np.asarray(configs, dtype=float)[which], epochs])
+    return x, np.array(ys)
 
 
 def _is_rung(epoch: int) -> bool:

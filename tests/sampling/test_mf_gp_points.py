@@ -102,6 +102,17 @@ def test_a_running_trial_without_reports_is_pending() -> None:
     assert points is not None and points.pending.tolist() == [[0.3]]
 
 
+def test_a_budget_the_best_and_latest_curves_fill_leaves_nothing_to_spread() -> None:
+    # Two long curves, a budget of 5: the best takes 1 point, the latest 1, none is left over.
+    trials = [
+        _trial(i, 0.1 + 0.5 * i, [0.1 * e for e in range(1, 30)], TrialState.PRUNED)
+        for i in range(2)
+    ]
+    points = _points(trials, max_points=5, max_fit_points=5)
+    assert points is not None and len(points.y) == 2
+    assert _spread(0) == ()
+
+
 @pytest.mark.parametrize("n", [1, 2, 7, 100, 1000])
 def test_the_spread_order_covers_the_range_evenly(n: int) -> None:
     order = _spread(n)
