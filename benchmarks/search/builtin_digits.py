@@ -44,6 +44,7 @@ HOLDOUT_TASKS: dict[str, dict[str, Any]] = {
     "digits1000-cnn": {"builder": "cnn", "max_samples": 1000},
     "digits500-cnn3": {"builder": "cnn", "max_samples": 500, "depth": 3},
 }
+ALL_TASKS = {**TASKS, **HOLDOUT_TASKS}
 SPACE: list[dict[str, Any]] = [
     {"name": "lr", "path": "hp.lr", "kind": "float", "low": 1.0e-4, "high": 0.3, "log": True},
     {"name": "width", "path": "hp.width", "kind": "categorical", "choices": [8, 16, 32]},
@@ -81,7 +82,7 @@ SPACE: list[dict[str, Any]] = [
 
 def trainer_config(task: str, params: Mapping[str, Any], output_dir: str) -> dict[str, Any]:
     """The built-in trainer's config of one recorded training."""
-    spec = {**TASKS, **HOLDOUT_TASKS}[task]
+    spec = ALL_TASKS[task]
     optim_args: dict[str, Any] = {"lr": float(params["lr"])}
     if params["optimizer"] == SGD:
         optim_args["momentum"] = float(params["momentum"])
@@ -170,6 +171,7 @@ class BuiltinDigits(Family):
     ) -> None:
         self.path = path or (HOLDOUT_TABLE if holdout else TABLE)
         self.configs = configs
+        self.holdout = holdout
         self.task_specs = HOLDOUT_TASKS if holdout else TASKS
         if holdout:
             self.name = "builtin_digits_holdout"
@@ -179,7 +181,7 @@ class BuiltinDigits(Family):
     @cached_property
     def table(self) -> dict[str, list[tuple[dict[str, Any], list[float]]]]:
         rows = read_table(self.path, self.task_specs)
-        if self.configs is None and self.task_specs is TASKS:
+        if self.configs is None and not self.holdout:
             return {task: kept[: ROUND_8_CONFIGS[task]] for task, kept in rows.items()}
         return {task: kept[: self.configs] for task, kept in rows.items()}
 
@@ -210,8 +212,7 @@ class BuiltinDigits(Family):
         if (task, params["optimizer"]) not in self._index:
             raise FileNotFoundError(
                 f"no recorded curve of {task} with {params['optimizer']} in {self.path}: run "
-                "benchmarks/search/record_digits.py"
-                + (" --holdout" if self.task_specs is HOLDOUT_TASKS else "")
+                "benchmarks/search/record_digits.py" + (" --holdout" if self.holdout else "")
             )
         xs, curves = self._index[(task, params["optimizer"])]
         i = int(np.argmin(((xs - _encode(params)) ** 2).sum(axis=1)))

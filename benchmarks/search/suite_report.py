@@ -383,10 +383,11 @@ def main(argv: list[str] | None = None) -> int:
         have[(r["family"], r["task"], r["seed"])].add(r["cell"])
     rows = [r for r in rows if have[(r["family"], r["task"], r["seed"])] == cells_of[r["family"]]]
     print(render(rows, args.half, pause=args.pause))
+    in_half = [r for r in rows if not args.half or r["half"] == args.half]
     if args.by_task:
-        print(by_task([r for r in rows if not args.half or r["half"] == args.half]))
+        print(by_task(in_half))
     if pair:
-        print(paired([r for r in rows if not args.half or r["half"] == args.half], *pair))
+        print(paired(in_half, *pair))
     return 0
 
 

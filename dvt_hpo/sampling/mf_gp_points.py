@@ -201,7 +201,8 @@ def _rows(
     width = len(configs[0]) + 1 if configs else 1
     if not which:
         return np.empty((0, width)), np.array(ys)
-    x = np.column_stack([np.asarray(configs, dtype=float)[which], epochs])
+    # Only the kept trials' configs: a large study holds thousands more.
+    x = np.column_stack([np.array([configs[i] for i in which], dtype=float), epochs])
     return x, np.array(ys)
 
 
