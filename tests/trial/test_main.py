@@ -194,6 +194,54 @@ def test_the_memory_limit_turns_a_big_allocation_into_memory_error(
     assert result["out_of_memory"] is True
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc, Linux only")
+def test_under_the_memory_limit_threads_reserve_no_arena_of_their_own(tmp_path: Path) -> None:
+    """glibc gives each thread that allocates a 64 MiB arena of address space, which RLIMIT_AS
+    counts: the batch-size search and training would see different reserves."""
+    script = tmp_path / "threads.py"
+    script.write_text(
+        "import ctypes, subprocess, sys, threading\n"
+        "from dvt_hpo.trial.main import apply_memory_limit\n"
+        "from dvt_hpo.wire.protocol import ENV_MEMORY_LIMIT\n"
+        "if sys.argv[1] == 'limit':\n"
+        "    apply_memory_limit({ENV_MEMORY_LIMIT: str(64 << 30)})\n"
+        "def vm():\n"
+        "    status = open('/proc/self/status').read().split('VmSize:')[1]\n"
+        "    return int(status.split()[0]) * 1024\n"
+        "malloc = ctypes.CDLL(None).malloc\n"
+        "before, ready, release = vm(), threading.Barrier(5), threading.Event()\n"
+        "def work():\n"
+        "    malloc(64)\n"
+        "    ready.wait()\n"
+        "    release.wait()\n"
+        "threads = [threading.Thread(target=work) for _ in range(4)]\n"
+        "for t in threads:\n"
+        "    t.start()\n"
+        "ready.wait()\n"
+        "print((vm() - before) >> 20, flush=True)\n"
+        "release.set()\n"
+        "if sys.argv[1] == 'limit':\n"
+        "    subprocess.run([sys.executable, __file__, 'child'], check=True)\n"
+    )
+    env = {k: v for k, v in base_env().items() if not k.startswith("MALLOC_")}
+
+    def added_mib(mode: str, **extra: str) -> list[int]:
+        done = subprocess.run(
+            [sys.executable, str(script), mode], env=env | extra, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        return [int(line) for line in done.stdout.split()]
+
+    (unlimited,) = added_mib("none")
+    assert unlimited >= 4 * 64, "this glibc gives threads no arenas: the test shows nothing"
+    # No arena for any of the four threads, here and in the process it started after the limit:
+    # what is left is their stacks.
+    limited = added_mib("limit")
+    assert len(limited) == 2 and all(mib <= unlimited - 4 * 60 for mib in limited), limited
+    # A variable the user set wins, in both.
+    assert all(mib >= 4 * 64 for mib in added_mib("limit", MALLOC_ARENA_MAX="8")), unlimited
+
+
 def test_prune_ends_the_trial_and_stop_leaves_no_process(
     start_trial: Callable[..., Trial],
 ) -> None:
